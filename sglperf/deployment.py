@@ -11,11 +11,17 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sglperf.intents import INTENTS, SPECULATIVE
 
-Slug = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_.-]*$", max_length=64)]
+SLUG_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+Slug = Annotated[str, Field(pattern=SLUG_PATTERN, max_length=64)]
+PATTERN_MEANING = {
+    SLUG_PATTERN: "letters, digits, '.', '_' and '-' only (it becomes part of test ids and paths)",
+    r"^\d{1,2}\.\d$": "a compute capability such as '8.6'",
+}
 
 
 class DeploymentError(ValueError):
@@ -69,11 +75,30 @@ def _check_intents(value: dict[str, Any]) -> dict[str, Any]:
     return value
 
 
+class VersionRule(_Strict):
+    """Flags and environment that only some SGLang releases need (their spelling changes)."""
+
+    sglang: str = Field(description="PEP 440 version specifier, e.g. '<0.5.20'")
+    flags: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    reason: str = ""
+
+    @field_validator("sglang")
+    @classmethod
+    def _specifier(cls, value: str) -> str:
+        try:
+            SpecifierSet(value)
+        except InvalidSpecifier:
+            raise ValueError(f"{value!r} is not a version specifier such as '<0.5.20' or '>=0.5.14,<0.5.20'") from None
+        return value
+
+
 class Launch(_Strict):
     tp_size: int = Field(ge=1)
     speculative: Speculative | None = None
     extra_flags: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
+    when: list[VersionRule] = Field(default_factory=list)
     startup_timeout_s: float = Field(default=1800, gt=0)
 
 
@@ -86,7 +111,10 @@ class Variant(_Strict):
     speculative: SpeculativeOverride | None = None
     env: dict[str, str] = Field(default_factory=dict)
 
-    _intents_known = field_validator("request", "expect")(_check_intents)
+    @field_validator("request", "expect")
+    @classmethod
+    def _intents_known(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return _check_intents(value)
 
 
 class Workload(_Strict):
@@ -118,7 +146,10 @@ class Deployment(_Strict):
     variants: list[Variant] = Field(min_length=1)
     workloads: list[Workload] = Field(default_factory=list)
 
-    _intents_known = field_validator("expect")(_check_intents)
+    @field_validator("expect")
+    @classmethod
+    def _intents_known(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return _check_intents(value)
 
     @model_validator(mode="after")
     def _consistent(self) -> Deployment:
@@ -136,6 +167,10 @@ class Deployment(_Strict):
     @property
     def config_path(self) -> Path:
         return (self.path.parent / self.model.config).resolve()
+
+    @property
+    def architectures(self) -> tuple[str, ...]:
+        return tuple(json.loads(self.config_path.read_text()).get("architectures", []))
 
     def variant(self, variant_id: str) -> Variant:
         for v in self.variants:
@@ -174,6 +209,9 @@ def _describe(error: dict[str, Any], raw: dict[str, Any]) -> str:
         return f"{where}: unknown field"
     if error["type"] == "missing":
         return f"{where}: required field is missing"
+    if error["type"] == "string_pattern_mismatch":
+        pattern = error.get("ctx", {}).get("pattern", "")
+        return f"{where}: {error['input']!r} is not allowed; expected {PATTERN_MEANING.get(pattern, pattern)}"
     message = error["msg"].removeprefix("Value error, ")
     # Name variants by id as well as by index: people edit by id.
     if loc[:1] == ("variants",) and len(loc) > 1 and isinstance(loc[1], int):

@@ -1,0 +1,136 @@
+"""Verdicts: an intent's expected value against what SGLang decided, with SGLang's own reasons."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import TYPE_CHECKING, Any
+
+from sglperf.intents import INTENTS, Intent
+
+if TYPE_CHECKING:
+    from sglperf.preflight import Resolution
+
+MAX_REASONS = 4
+
+
+class Status(str, Enum):
+    PASS = "pass"
+    FAIL = "fail"
+    UNPROVEN = "unproven"  # the effective args cannot prove it; never counted as passed
+    ERROR = "error"  # SGLang refused the variant (unknown flag, validation error)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    deployment: str
+    variant: str
+    intent: str
+    expected: str
+    actual: str | None
+    status: Status
+    detail: str
+    sglang_version: str
+    reasons: tuple[str, ...] = ()  # SGLang rules and log lines that explain the actual value
+    warnings: tuple[str, ...] = ()
+    tier: str = "preflight"
+
+    @property
+    def ok(self) -> bool | None:
+        """True passed, False failed or errored, None unproven."""
+        return {Status.PASS: True, Status.UNPROVEN: None}.get(self.status, False)
+
+    @property
+    def test_id(self) -> str:
+        return f"{self.deployment}-{self.variant}-{self.intent}"
+
+    def message(self) -> str:
+        head = (f"{self.test_id}: {self.intent} expected {self.expected}, effective {self.actual} "
+                f"(SGLang {self.sglang_version}, {self.tier})" if self.status != Status.ERROR
+                else f"{self.test_id}: SGLang {self.sglang_version} refused the variant")
+        lines = [head, f"  {self.detail}"]
+        lines += [f"  because: {r}" for r in self.reasons]
+        lines += [f"  warning: {w}" for w in self.warnings]
+        return "\n".join(lines)
+
+    def to_record(self) -> dict[str, Any]:
+        return {
+            "deployment": self.deployment, "variant": self.variant, "intent": self.intent,
+            "expected": self.expected, "actual": self.actual, "ok": self.ok, "status": self.status.value,
+            "detail": self.detail, "reasons": list(self.reasons), "warnings": list(self.warnings),
+            "sglang_version": self.sglang_version, "tier": self.tier,
+        }
+
+
+def _describe_write(intent: Intent, write: Any) -> tuple[Any, str]:
+    """(intent value this write implies or None, how to show it)."""
+    try:
+        reading = intent.read({write.field: write.new})
+        return reading.value, f"{reading.source} ({intent.show(reading.value)})"
+    except (KeyError, TypeError):
+        shown = repr(write.new)
+        return None, f"{write.field} = {shown[:80]}"
+
+
+def explain(intent: Intent, resolution: Resolution, actual: Any) -> list[str]:
+    """SGLang's rules that produced ``actual``, then its log lines about the intent."""
+    reasons: list[str] = []
+    previous: Any = object()
+    for write in resolution.writes:
+        if write.field not in intent.fields:
+            continue
+        implied, shown = _describe_write(intent, write)
+        decisive = implied is not None and intent.matches(implied, actual) and implied != previous
+        if implied is not None:
+            previous = implied
+        if not (decisive and write.changed):
+            continue
+        where = ", ".join(p for p in (write.where, f'"{write.comment}"' if write.comment else "") if p)
+        text = f"SGLang rule {write.rule}" + (f" ({where})" if where else "") + f" set {shown}"
+        if text not in reasons:
+            reasons.append(text)
+    for line in resolution.logs:
+        lowered = line.message.lower()
+        if any(k in lowered for k in intent.log_keywords):
+            reasons.append(f"SGLang log [{line.level}] {line.message.strip()[:300]}")
+    return reasons[:MAX_REASONS]
+
+
+def judge(deployment: str, variant: str, intent: Intent, expected: Any, resolution: Resolution,
+          sglang_version: str, *, requested: bool = False, hint: str = "",
+          warnings: Sequence[str] = (), tier: str = "preflight") -> Verdict:
+    """Compare one intent's expectation with a resolution of the variant."""
+    shown_expected = intent.show(expected)
+    base = dict(deployment=deployment, variant=variant, intent=intent.name, expected=shown_expected,
+                sglang_version=sglang_version, warnings=tuple(warnings), tier=tier)
+    if resolution.error is not None or resolution.effective is None:
+        error = resolution.error
+        message = f"{error.type}: {error.message}" if error else "no effective args"
+        return Verdict(actual=None, status=Status.ERROR, detail=f"SGLang's validation says: {message}", **base)
+    try:
+        reading = intent.read(resolution.effective)
+    except KeyError as exc:
+        return Verdict(actual=None, status=Status.ERROR,
+                       detail=f"cannot read {intent.name} from SGLang {sglang_version}'s effective args: {exc.args[0]}",
+                       **base)
+    actual = intent.show(reading.value)
+    reasons = tuple(explain(intent, resolution, reading.value))
+    if not intent.matches(expected, reading.value):
+        how = "you asked for it, but SGLang overrode the request" if requested else (hint or "")
+        detail = f"read from {reading.source}" + (f"; {how}" if how else "")
+        if reading.note:
+            detail += f"; {reading.note}"
+        return Verdict(actual=actual, status=Status.FAIL, detail=detail, reasons=reasons, **base)
+    if not reading.provable:
+        return Verdict(actual=actual, status=Status.UNPROVEN, detail=f"read from {reading.source}; {reading.note}",
+                       reasons=reasons, **base)
+    return Verdict(actual=actual, status=Status.PASS, detail=f"read from {reading.source}", reasons=reasons, **base)
+
+
+def judge_error(deployment: str, variant: str, intent_name: str, expected: Any, sglang_version: str,
+                message: str, tier: str = "preflight") -> Verdict:
+    """A variant that could not be spelled for this release: every intent errors with the reason."""
+    return Verdict(deployment=deployment, variant=variant, intent=intent_name,
+                   expected=INTENTS[intent_name].show(expected), actual=None, status=Status.ERROR,
+                   detail=message, sglang_version=sglang_version, tier=tier)
