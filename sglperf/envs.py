@@ -184,3 +184,13 @@ def ensure_env(version: str, progress: Progress = lambda _msg: None) -> SGLangEn
         (env.path / ".sglperf-ready").write_text(_recipe_digest(version) + "\n")
         progress(f"SGLang {version} environment ready")
     return env
+
+
+def choose_python(python: str | None = None, sglang_version: str | None = None,
+                  progress: Progress = lambda _msg: None) -> str:
+    """The interpreter whose SGLang to ask: a managed release, an explicit one, or this one."""
+    if python and sglang_version:
+        raise ValueError("give either an interpreter or an SGLang version, not both")
+    if sglang_version:
+        return str(ensure_env(sglang_version, progress).python)
+    return python or sys.executable

@@ -123,7 +123,8 @@ def judge(deployment: str, variant: str, intent: Intent, expected: Any, resoluti
             detail += f"; {reading.note}"
         return Verdict(actual=actual, status=Status.FAIL, detail=detail, reasons=reasons, **base)
     if not reading.provable:
-        return Verdict(actual=actual, status=Status.UNPROVEN, detail=f"read from {reading.source}; {reading.note}",
+        return Verdict(actual=f"{actual} (unproven)", status=Status.UNPROVEN,
+                       detail=f"read from {reading.source}; {reading.note}",
                        reasons=reasons, **base)
     return Verdict(actual=actual, status=Status.PASS, detail=f"read from {reading.source}", reasons=reasons, **base)
 

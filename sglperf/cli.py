@@ -1,0 +1,99 @@
+"""`sglperf` command line: the same machinery as the pytest plugin, for people and CI steps."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from sglperf import envs, preflight
+from sglperf.deployment import DeploymentError, discover
+from sglperf.report import verdict_json, verdict_table
+from sglperf.verdict import Status, Verdict
+
+DEFAULT_DEPLOYMENTS = "deployments"
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _add_interpreter_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--python", help="interpreter of the SGLang environment to ask (default: this one)")
+    group.add_argument("--sglang", metavar="VERSION",
+                       help="use sglperf's managed environment for this SGLang release (built on first use)")
+
+
+def run_preflight(paths: Sequence[str], python: str, variants: Sequence[str] | None = None) -> list[Verdict]:
+    verdicts: list[Verdict] = []
+    for deployment in discover(list(paths)):
+        resolver = preflight.Resolver(python, deployment.runner)
+        try:
+            for check in preflight.check(deployment, resolver, variants):
+                verdicts += check.verdicts
+        finally:
+            resolver.close()
+    return verdicts
+
+
+def cmd_preflight(args: argparse.Namespace) -> int:
+    started = time.perf_counter()
+    python = envs.choose_python(args.python, args.sglang, _say)
+    verdicts = run_preflight(args.deployments or [DEFAULT_DEPLOYMENTS], python, args.variant)
+    print(verdict_json(verdicts) if args.json else verdict_table(verdicts))
+    _say(f"preflight took {time.perf_counter() - started:.1f} s")
+    return 1 if any(v.status in (Status.FAIL, Status.ERROR) for v in verdicts) else 0
+
+
+def cmd_env(args: argparse.Namespace) -> int:
+    if args.action == "build":
+        for version in args.versions:
+            env = envs.ensure_env(version, _say)
+            print(env.python)
+    elif args.action == "path":
+        for version in args.versions:
+            env = envs.env_for(version)
+            if not env.ready:
+                _say(f"SGLang {version} environment is not built; run `sglperf env build {version}`")
+                return 1
+            print(env.python)
+    else:
+        root = envs.home() / "envs"
+        for path in sorted(root.glob("sglang-*")) if root.is_dir() else []:
+            env = envs.env_for(path.name.removeprefix("sglang-"))
+            print(f"{env.version:12} {'ready' if env.ready else 'incomplete':10} {env.path}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sglperf", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("preflight", help="what SGLang will actually do with each variant's flags (no GPU needed)")
+    p.add_argument("deployments", nargs="*", help=f"deployment files or folders (default: {DEFAULT_DEPLOYMENTS}/)")
+    p.add_argument("--variant", action="append", help="only these variant ids (repeatable)")
+    p.add_argument("--json", action="store_true", help="print a JSON list of records instead of the table")
+    _add_interpreter_options(p)
+    p.set_defaults(func=cmd_preflight)
+
+    p = sub.add_parser("env", help="managed per-release SGLang environments for CPU-side resolution")
+    p.add_argument("action", choices=["build", "path", "list"])
+    p.add_argument("versions", nargs="*")
+    p.set_defaults(func=cmd_env)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (DeploymentError, preflight.PreflightError, envs.EnvBuildError, ValueError) as exc:
+        _say(f"sglperf: {exc}")
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
