@@ -133,5 +133,5 @@ class PreflightItem(pytest.Item):
             return str(excinfo.value)
         return super().repr_failure(excinfo)  # type: ignore[return-value]
 
-    def reportinfo(self) -> tuple[Path, int | None, str]:
-        return self.path, None, f"preflight {self.name}"
+    def reportinfo(self) -> tuple[Path, int, str]:
+        return self.path, 0, f"preflight {self.name}"
