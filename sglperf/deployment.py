@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator, model_validator
 
 from sglperf.intents import INTENTS, SPECULATIVE
 
@@ -65,13 +65,11 @@ class SpeculativeOverride(_Strict):
 
 
 def _check_intents(value: dict[str, Any]) -> dict[str, Any]:
-    for name, expected in value.items():
+    for name in value:
         if name not in INTENTS:
             raise ValueError(f"unknown intent {name!r}; allowed: {', '.join(sorted(INTENTS))}")
         if name == SPECULATIVE:
             raise ValueError(f"{name!r} is set through [launch.speculative] or a variant's speculative table")
-        if not isinstance(expected, bool):
-            raise ValueError(f"intent {name!r} takes true or false, got {expected!r}")
     return value
 
 
@@ -106,8 +104,8 @@ class Variant(_Strict):
     id: Slug
     description: str = ""
     flags: list[str] = Field(default_factory=list, description="raw SGLang flags, checked against the installed parser")
-    request: dict[str, bool] = Field(default_factory=dict, description="intents the suite translates to flags")
-    expect: dict[str, bool] = Field(default_factory=dict, description="intents checked in the effective args")
+    request: dict[str, StrictBool] = Field(default_factory=dict, description="intents the suite translates to flags")
+    expect: dict[str, StrictBool] = Field(default_factory=dict, description="intents checked in the effective args")
     speculative: SpeculativeOverride | None = None
     env: dict[str, str] = Field(default_factory=dict)
 
@@ -142,7 +140,7 @@ class Deployment(_Strict):
     model: Model
     runner: RunnerProfile
     launch: Launch
-    expect: dict[str, bool] = Field(default_factory=dict, description="expectations shared by every variant")
+    expect: dict[str, StrictBool] = Field(default_factory=dict, description="expectations shared by every variant")
     variants: list[Variant] = Field(min_length=1)
     workloads: list[Workload] = Field(default_factory=list)
 

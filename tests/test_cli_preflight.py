@@ -1,0 +1,83 @@
+"""`sglperf preflight` and `pytest -m preflight` as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .conftest import NEW_SGLANG, OLD_SGLANG, QWEN36, ROOT
+
+SGLPERF = str(Path(sys.executable).with_name("sglperf"))
+pytest_plugins = ["pytester"]
+
+
+def _run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([SGLPERF, *args], capture_output=True, text=True, cwd=cwd, timeout=600)
+
+
+def test_cli_json_records_for_new_release(sglang_python) -> None:
+    proc = _run("preflight", str(QWEN36), "--python", sglang_python(NEW_SGLANG), "--json")
+    assert proc.returncode == 0, proc.stderr
+    records = json.loads(proc.stdout)
+    assert {"deployment", "variant", "intent", "expected", "actual", "ok", "detail", "sglang_version"} <= set(records[0])
+    by_key = {(r["variant"], r["intent"]): r for r in records}
+    assert by_key[("mtp3-defaults", "prefill_cuda_graph")]["ok"] is True
+    assert by_key[("mtp3-full", "vision_weights_skipped")]["ok"] is None  # unproven, never passed
+    assert {r["sglang_version"] for r in records} == {NEW_SGLANG}
+
+
+def test_cli_table_and_exit_status_for_old_release(sglang_python) -> None:
+    proc = _run("preflight", "--python", sglang_python(OLD_SGLANG))  # default: deployments/
+    assert proc.returncode == 1
+    assert "qwen36      mtp3-defaults" in proc.stdout
+    assert '"8. Multimodal / VLM models"' in proc.stdout
+    assert "2 failed" in proc.stdout
+
+
+def test_cli_bad_deployment_exits_2_with_the_field(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text(QWEN36.read_text().replace("tp_size = 2", "tp_size = 0"))
+    proc = _run("preflight", str(bad), "--python", sys.executable)
+    assert proc.returncode == 2
+    assert "bad.toml" in proc.stderr and "tp_size" in proc.stderr
+
+
+def test_cli_interpreter_without_sglang() -> None:
+    proc = _run("preflight", str(QWEN36), "--python", sys.executable)
+    assert proc.returncode == 2
+    assert "no SGLang installed for" in proc.stderr and "sglperf env build" in proc.stderr
+
+
+def test_pytest_items_ids_and_failure_message(pytester: pytest.Pytester, sglang_python) -> None:
+    (pytester.path / "deployments").mkdir()
+    (pytester.path / "models" / "qwen3.6-27b").mkdir(parents=True)
+    (pytester.path / "deployments" / "qwen36.toml").write_text(QWEN36.read_text())
+    (pytester.path / "models" / "qwen3.6-27b" / "config.json").write_text(
+        (ROOT / "models" / "qwen3.6-27b" / "config.json").read_text())
+    pytester.makeini("[pytest]\ntestpaths = deployments\n")
+    # "=" form: pytest would take a bare path argument for a test path when finding its rootdir.
+    result = pytester.runpytest("-m", "preflight", "-k", "qwen36", f"--sglang-python={sglang_python(OLD_SGLANG)}", "-rA")
+    result.assert_outcomes(passed=11, failed=2, skipped=1)
+    result.stdout.fnmatch_lines([
+        "*FAILED deployments/qwen36.toml::qwen36-mtp1-prefill_cuda_graph*",
+        "*FAILED deployments/qwen36.toml::qwen36-mtp3-defaults-prefill_cuda_graph*",
+        "*because: SGLang rule _handle_piecewise_cuda_graph*Multimodal*",
+        "*PASSED deployments/qwen36.toml::qwen36-mtp3-prefill-graph-prefill_cuda_graph*",
+        "*SKIPPED*unproven in preflight*",
+    ])
+
+
+def test_pytest_bad_deployment_is_a_collection_error_naming_the_field(pytester: pytest.Pytester) -> None:
+    (pytester.path / "deployments").mkdir()
+    (pytester.path / "models" / "qwen3.6-27b").mkdir(parents=True)
+    (pytester.path / "models" / "qwen3.6-27b" / "config.json").write_text(
+        (ROOT / "models" / "qwen3.6-27b" / "config.json").read_text())
+    (pytester.path / "deployments" / "broken.toml").write_text(QWEN36.read_text().replace("tp_size = 2", "tp_size = 3"))
+    pytester.makeini("[pytest]\ntestpaths = deployments\n")
+    result = pytester.runpytest("-m", "preflight")
+    assert result.ret != 0
+    result.stdout.fnmatch_lines(["*broken.toml: invalid deployment file:*", "*launch.tp_size: 3 exceeds runner.gpu_count 2*"])

@@ -1,0 +1,107 @@
+"""Preflight against real SGLang releases, resolved now by their own code (nothing recorded).
+
+0.5.13 stands for the 0.5.10-0.5.13 family (piecewise booleans, multimodal auto-disable without a
+log line); 0.5.23 for the backend-config family with the Qwen3.5 multimodal exemption.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from sglperf import preflight
+from sglperf.deployment import load
+from sglperf.verdict import Status
+
+from .conftest import NEW_SGLANG, OLD_SGLANG, QWEN36
+
+
+def _verdicts(deployment_path: Path, python: str, cache_dir: Path) -> dict[tuple[str, str], preflight.Verdict]:
+    d = load(deployment_path)
+    resolver = preflight.Resolver(python, d.runner, cache_dir=cache_dir)
+    try:
+        return {(c.variant.id, v.intent): v for c in preflight.check(d, resolver) for v in c.verdicts}
+    finally:
+        resolver.close()
+
+
+def test_old_family_disables_prefill_graph_for_multimodal_unless_asked(sglang_python, tmp_path: Path) -> None:
+    verdicts = _verdicts(QWEN36, sglang_python(OLD_SGLANG), tmp_path)
+    defaults = verdicts[("mtp3-defaults", "prefill_cuda_graph")]
+    assert defaults.status == Status.FAIL and defaults.actual == "off"
+    assert defaults.sglang_version == OLD_SGLANG
+    # The rule that did it, named from SGLang's own source of that release.
+    assert any("_handle_piecewise_cuda_graph" in r and "Multimodal" in r for r in defaults.reasons), defaults.reasons
+    assert "--enforce-piecewise-cuda-graph" in defaults.detail  # how to ask for it on this release
+    asked = verdicts[("mtp3-prefill-graph", "prefill_cuda_graph")]
+    assert asked.status == Status.PASS, asked.message()
+    assert verdicts[("mtp3-prefill-graph", "speculative")].status == Status.PASS
+    assert verdicts[("mtp3-full", "vision_weights_skipped")].status == Status.UNPROVEN
+
+
+def test_new_family_keeps_prefill_graph_for_qwen35(sglang_python, tmp_path: Path) -> None:
+    verdicts = _verdicts(QWEN36, sglang_python(NEW_SGLANG), tmp_path)
+    for variant in ("mtp3-defaults", "mtp3-prefill-graph"):
+        v = verdicts[(variant, "prefill_cuda_graph")]
+        assert v.status == Status.PASS and v.sglang_version == NEW_SGLANG, v.message()
+        assert "cuda_graph_config.prefill.backend = 'breakable'" in v.detail
+    assert verdicts[("mtp1", "speculative")].actual == "EAGLE steps=1 draft=2 topk=1"
+    assert verdicts[("mtp3-full", "single_batch_overlap")].status == Status.PASS
+    vision = verdicts[("mtp3-full", "vision_weights_skipped")]
+    assert vision.status == Status.UNPROVEN and vision.ok is None
+
+
+def test_removed_flag_is_an_error_naming_flag_version_and_replacement(sglang_python, deployment_dir: Path) -> None:
+    text = QWEN36.read_text().replace('id = "mtp3-defaults"', 'id = "mtp3-defaults"\nflags = ["--enable-piecewise-cuda-graph"]')
+    path = deployment_dir / "deployments" / "qwen36.toml"
+    path.write_text(text)
+    verdicts = _verdicts(path, sglang_python(NEW_SGLANG), deployment_dir / "cache")
+    v = verdicts[("mtp3-defaults", "prefill_cuda_graph")]
+    assert v.status == Status.ERROR
+    assert "--enable-piecewise-cuda-graph is not accepted by SGLang 0.5.23" in v.detail
+    assert "replacement: --cuda-graph-backend-prefill breakable" in v.detail
+    assert verdicts[("mtp1", "prefill_cuda_graph")].status == Status.PASS  # other variants unaffected
+
+
+def test_sglang_validation_error_carries_sglangs_message(sglang_python, deployment_dir: Path) -> None:
+    # Without the mamba/spec-v2 rule, 0.5.13 refuses MTP on this hybrid model.
+    start = QWEN36.read_text().index("[[launch.when]]")
+    end = QWEN36.read_text().index("# Checked on every variant.")
+    path = deployment_dir / "deployments" / "qwen36.toml"
+    path.write_text(QWEN36.read_text()[:start] + QWEN36.read_text()[end:])
+    verdicts = _verdicts(path, sglang_python(OLD_SGLANG), deployment_dir / "cache")
+    v = verdicts[("mtp1", "speculative")]
+    assert v.status == Status.ERROR
+    assert "SGLang's validation says: ValueError" in v.detail
+    assert "--mamba-scheduler-strategy extra_buffer" in v.detail  # SGLang's own words
+
+
+def test_interpreter_without_sglang_says_how_to_install(tmp_path: Path) -> None:
+    with pytest.raises(preflight.PreflightError) as excinfo:
+        preflight.Resolver(sys.executable, load(QWEN36).runner, cache_dir=tmp_path)
+    message = str(excinfo.value)
+    assert f"no SGLang installed for {sys.executable}" in message
+    assert "sglperf env build" in message and "pip install --no-deps sglang==" in message
+
+
+def test_missing_interpreter_is_named(tmp_path: Path) -> None:
+    with pytest.raises(preflight.PreflightError, match="interpreter /no/such/python does not exist"):
+        preflight.Resolver("/no/such/python", load(QWEN36).runner, cache_dir=tmp_path)
+
+
+def test_second_run_is_served_from_cache_without_starting_sglang(sglang_python, tmp_path: Path) -> None:
+    d = load(QWEN36)
+    python = sglang_python(NEW_SGLANG)
+    first = preflight.Resolver(python, d.runner, cache_dir=tmp_path)
+    cold = preflight.check(d, first)
+    first.close()
+    second = preflight.Resolver(python, d.runner, cache_dir=tmp_path)
+    warm = preflight.check(d, second)
+    assert second._worker is None  # SGLang never imported the second time
+    assert all(c.resolution and c.resolution.cached for c in warm)
+    assert [v.to_record() for c in cold for v in c.verdicts] == [v.to_record() for c in warm for v in c.verdicts]
+    # A different runner profile is a different question.
+    other = preflight.Resolver(python, d.runner.model_copy(update={"gpu_name": "NVIDIA H100"}), cache_dir=tmp_path)
+    assert other._cached("x") is None and other._key_base != second._key_base
