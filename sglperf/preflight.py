@@ -180,7 +180,8 @@ class Resolver:
         self.python = python
         self.profile = profile
         self.version, installed_at = installed_sglang(python)
-        self.cache_dir = cache_dir if cache_dir is not None else envs.home() / "preflight"
+        self.cache_dir = cache_dir if cache_dir is not None else Path(
+            os.environ.get("SGLPERF_PREFLIGHT_CACHE", envs.home() / "preflight"))
         self._key_base = {
             "python": os.path.realpath(python), "sglang": self.version, "installed_at": installed_at,
             "probe": hashlib.sha256(PROBE.read_bytes()).hexdigest(), "profile": profile.as_probe_profile(),

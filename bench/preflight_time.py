@@ -1,0 +1,53 @@
+"""Wall time of `sglperf preflight DEPLOYMENT` from command to verdict, cold and warm cache.
+
+Cold: a fresh preflight cache, so SGLang is imported and every variant resolved (the environment
+itself is already built). Warm: the same command again, served from the cache.
+
+    .venv/bin/python bench/preflight_time.py --sglang 0.5.23 --runs 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _time(cmd: list[str], env: dict[str, str]) -> float:
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True)
+    elapsed = time.perf_counter() - start
+    if proc.returncode not in (0, 1):
+        sys.exit(f"preflight failed ({proc.returncode}):\n{proc.stderr}")
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sglang", default="0.5.23")
+    parser.add_argument("--deployment", default="deployments/qwen36.toml")
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args()
+    sglperf = str(Path(sys.executable).with_name("sglperf"))
+    cmd = [sglperf, "preflight", args.deployment, "--sglang", args.sglang]
+    cold, warm = [], []
+    for _ in range(args.runs):
+        with tempfile.TemporaryDirectory() as cache:
+            env = {**os.environ, "SGLPERF_PREFLIGHT_CACHE": cache}
+            cold.append(_time(cmd, env))
+            warm.append(_time(cmd, env))
+    print(f"`{' '.join(['sglperf', *cmd[1:]])}`, {args.runs} runs, {os.cpu_count()} cores")
+    print("| cache | median s | min s | max s |\n|---|---:|---:|---:|")
+    for name, xs in (("cold (SGLang imported, all variants resolved)", cold), ("warm (served from cache)", warm)):
+        print(f"| {name} | {statistics.median(xs):.2f} | {min(xs):.2f} | {max(xs):.2f} |")
+
+
+if __name__ == "__main__":
+    main()
