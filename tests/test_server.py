@@ -1,0 +1,114 @@
+"""Server lifecycle against the emulator: health wait, deadlines, crashes, teardown of the whole tree."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from sglperf import server
+from sglperf.server import ServerSpec, ServerStartError, launch
+
+ARGV = ("--model-path", "/nonexistent", "--tp-size", "2")
+
+
+def spec(tmp_path: Path, timeout: float = 20.0, **config: object) -> ServerSpec:
+    return ServerSpec(name="emu", python=sys.executable, argv=ARGV, log_path=tmp_path / "emu.log",
+                      startup_timeout_s=timeout, emulated=True,
+                      env={"SGLPERF_EMULATOR_CONFIG": json.dumps({"startup_s": 0.2, **config})})
+
+
+def alive(pids) -> list[int]:
+    return [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+
+
+def test_launch_health_and_teardown(tmp_path: Path) -> None:
+    messages: list[str] = []
+    s = launch(spec(tmp_path), progress=messages.append)
+    try:
+        assert s.base_url.startswith("http://127.0.0.1:")
+        assert any("healthy after" in m for m in messages)
+        assert "TEST DOUBLE" in (tmp_path / "emu.log").read_text()
+        pids = s.pids()
+    finally:
+        report = s.stop()
+    assert report.survivors == () and not alive(pids)
+    assert s.stop() is report  # idempotent
+
+
+def test_exit_during_startup_fails_fast_with_log_tail(tmp_path: Path) -> None:
+    started = time.monotonic()
+    with pytest.raises(ServerStartError) as excinfo:
+        launch(spec(tmp_path, startup_s=2.0, exit_during_startup=3))
+    message = str(excinfo.value)
+    assert "exited with code 3 during startup" in message and "TEST DOUBLE" in message
+    assert time.monotonic() - started < 10
+    assert not server.our_processes()
+
+
+def test_never_healthy_hits_the_deadline_with_progress(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(server, "PROGRESS_EVERY_S", 0.5)
+    messages: list[str] = []
+    started = time.monotonic()
+    with pytest.raises(ServerStartError, match=r"not healthy within 2 s \(deployment launch.startup_timeout_s\)"):
+        launch(spec(tmp_path, timeout=2.0, never_healthy=True), progress=messages.append)
+    assert 2.0 <= time.monotonic() - started < 8
+    assert any("starting for" in m and "last log line" in m for m in messages)
+    assert not server.our_processes()
+
+
+def test_teardown_escalates_to_sigkill_for_a_process_ignoring_sigterm(tmp_path: Path) -> None:
+    stubborn = tmp_path / "stubborn.py"
+    stubborn.write_text(textwrap.dedent("""
+        import signal, subprocess, sys, time
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        child = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"])
+        time.sleep(600)
+    """))
+    # A Server whose process is the stubborn script (the module does not matter for teardown).
+    s = server.Server(ServerSpec(name="stubborn", python=sys.executable, argv=(), log_path=tmp_path / "s.log"))
+    s.proc.kill()
+    s.proc.wait()
+    s.proc = subprocess.Popen([sys.executable, str(stubborn)], start_new_session=True)
+    time.sleep(1.0)
+    pids = s.pids()
+    assert len(pids) == 2
+    report = s.stop(grace_s=1.0)
+    assert set(report.killed) == set(pids) and report.survivors == ()
+    assert not alive(pids)
+
+
+def test_server_dies_with_a_killed_parent(tmp_path: Path) -> None:
+    """pytest (or an xdist worker) killed with SIGKILL must not leave its server behind."""
+    script = tmp_path / "parent.py"
+    script.write_text(textwrap.dedent(f"""
+        import json, sys, time
+        sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})
+        from pathlib import Path
+        from sglperf.server import ServerSpec, launch
+        s = launch(ServerSpec(name="orphan", python=sys.executable, argv=("--model-path", "/x"),
+                   log_path=Path({str(tmp_path / 'o.log')!r}), emulated=True,
+                   env={{"SGLPERF_EMULATOR_CONFIG": json.dumps({{"startup_s": 0.1}})}}))
+        print(s.proc.pid, flush=True)
+        time.sleep(600)
+    """))
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(parent.stdout.readline())
+        assert psutil.pid_exists(child)
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait()
+        deadline = time.monotonic() + 10
+        while alive([child]) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not alive([child])
+    finally:
+        parent.kill()
