@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from sglperf import envs, preflight
+from sglperf import envs, preflight, upgrade
 from sglperf.deployment import DeploymentError, discover
 from sglperf.report import verdict_json, verdict_table
 from sglperf.verdict import Status, Verdict
@@ -48,6 +49,35 @@ def cmd_preflight(args: argparse.Namespace) -> int:
     return 1 if any(v.status in (Status.FAIL, Status.ERROR) for v in verdicts) else 0
 
 
+def _check_all(paths: Sequence[str], python: str) -> tuple[str, object, list[preflight.VariantCheck]]:
+    checks: list[preflight.VariantCheck] = []
+    version, parser = "", None
+    for deployment in discover(list(paths)):
+        resolver = preflight.Resolver(python, deployment.runner)
+        try:
+            release = resolver.release()
+            version, parser = release.version, release.parser
+            checks += preflight.check(deployment, resolver)
+        finally:
+            resolver.close()
+    return version, parser, checks
+
+
+def cmd_upgrade_check(args: argparse.Namespace) -> int:
+    started = time.perf_counter()
+    old_python = envs.choose_python(args.python, args.from_version, _say)
+    new_python = envs.choose_python(None, args.to, _say)
+    paths = args.deployments or [DEFAULT_DEPLOYMENTS]
+    _say(f"resolving with the current release ({old_python})")
+    old_version, old_parser, old_checks = _check_all(paths, old_python)
+    _say(f"resolving with SGLang {args.to} ({new_python})")
+    new_version, new_parser, new_checks = _check_all(paths, new_python)
+    report = upgrade.compare(old_version, new_version, old_parser, new_parser, old_checks, new_checks)  # type: ignore[arg-type]
+    print(json.dumps(report.to_record(), indent=2, sort_keys=True) if args.json else upgrade.render(report))
+    _say(f"upgrade-check took {time.perf_counter() - started:.1f} s")
+    return 1 if report.breaking else 0
+
+
 def cmd_env(args: argparse.Namespace) -> int:
     if args.action == "build":
         for version in args.versions:
@@ -78,6 +108,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print a JSON list of records instead of the table")
     _add_interpreter_options(p)
     p.set_defaults(func=cmd_preflight)
+
+    p = sub.add_parser("upgrade-check", help="the deployments under the current and a target SGLang release, side by side")
+    p.add_argument("deployments", nargs="*", help=f"deployment files or folders (default: {DEFAULT_DEPLOYMENTS}/)")
+    p.add_argument("--to", required=True, metavar="VERSION", help="the SGLang release to upgrade to")
+    source = p.add_mutually_exclusive_group()
+    source.add_argument("--from", dest="from_version", metavar="VERSION", help="the release in use (managed environment)")
+    source.add_argument("--python", help="interpreter of the SGLang environment in use (default: this one)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_upgrade_check)
 
     p = sub.add_parser("env", help="managed per-release SGLang environments for CPU-side resolution")
     p.add_argument("action", choices=["build", "path", "list"])

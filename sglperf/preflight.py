@@ -32,6 +32,9 @@ from sglperf.verdict import Verdict, judge, judge_error
 PROBE = Path(__file__).with_name("_probe.py")
 # Preflight has only config.json, no tokenizer files.
 PREFLIGHT_FLAGS = ("--skip-tokenizer-init",)
+# Log lines caused by the simulation itself, not by the deployment: no NVML library in the
+# resolution environment, and a model folder holding only config.json.
+SIMULATION_ARTEFACTS = ("Failed to import pynvml", "generation_config.json")
 STARTUP_TIMEOUT_S = 300.0
 JOB_TIMEOUT_S = 120.0
 
@@ -82,7 +85,8 @@ class Resolution:
         error = raw.get("error")
         return cls(
             argv=tuple(argv), env=dict(env), effective=raw.get("effective"),
-            logs=tuple(LogLine(**line) for line in raw.get("logs", [])),
+            logs=tuple(LogLine(**line) for line in raw.get("logs", [])
+                       if not any(a in line["message"] for a in SIMULATION_ARTEFACTS)),
             writes=tuple(Write(**{k: w.get(k) for k in Write.__dataclass_fields__ if k in w}) for w in raw.get("writes", [])),
             error=SGLangError(error["type"], error["message"]) if error else None,
             seconds=raw.get("seconds", 0.0), cached=cached,
