@@ -1,81 +1,120 @@
-"""pytest plugin: every deployment file becomes test items, one per (variant, intent) per tier.
+"""pytest plugin: every deployment file becomes test items, per (variant, intent) and tier.
 
-A thin layer: collection turns deployments into items; running an item asks the session's
-preflight (one SGLang import, cached) for that variant's verdict and reports it.
+A thin layer: collection turns deployments into items; running an item asks the run's session
+(`sglperf.session`) for a verdict and reports it. Ids: `<deployment>-<variant>-<intent>` (preflight),
+`<deployment>-<variant>-<intent>-live`, `<deployment>-<variant>-live-vs-preflight`.
 """
 
 from __future__ import annotations
 
+import datetime as _dt
+import os
+import signal
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from sglperf import envs, preflight
+from sglperf import envs, preflight, server
 from sglperf.deployment import Deployment, DeploymentError, load
+from sglperf.session import LiveOptions, LiveSession, LiveSkip, PreflightSession
 from sglperf.verdict import Status, Verdict
 
-SESSION_KEY = pytest.StashKey["PreflightSession"]()
+PREFLIGHT_KEY = pytest.StashKey[PreflightSession]()
+LIVE_KEY = pytest.StashKey[LiveSession]()
+SIGTERM_KEY = pytest.StashKey[Any]()
+RESULTS_DIR_INPUT = "sglperf_results_dir"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("sglperf", "SGLang performance-regression suite")
-    interp = group.addoption
-    interp("--sglang-python", metavar="PATH", help="interpreter of the SGLang environment to ask (default: this one)")
-    interp("--sglang-version", metavar="VERSION",
-           help="use sglperf's managed environment for this SGLang release (built on first use)")
+    add = group.addoption
+    add("--sglang-python", metavar="PATH", help="interpreter of the SGLang environment to use (default: this one)")
+    add("--sglang-version", metavar="VERSION",
+        help="use sglperf's managed environment for this SGLang release (built on first use)")
+    add("--emulator", action="store_true",
+        help="run the live tier against the SGLang emulator (a test double; its numbers are not GPU results)")
+    add("--emulator-config", metavar="JSON|@FILE", help="timing model and faults for the emulator")
+    add("--model-path", metavar="PATH", help=f"checkpoint path on this runner (or ${'SGLPERF_MODEL_PATH'})")
+    add("--api-key", metavar="KEY", help="API key the servers require (or $SGLPERF_API_KEY)")
+    add("--results-dir", metavar="DIR", help="where server logs and results go (default: results/<UTC time>)")
+    add("--ignore-runner-mismatch", action="store_true",
+        help="run live items even if the visible GPUs differ from the deployment's runner profile")
+    add("--gpu-timeout", type=float, default=3600.0, metavar="S", help="how long to wait for a free GPU set")
     parser.addini("sglperf_deployments", "folder holding deployment files", default="deployments")
 
 
-class PreflightSession:
-    """One resolver per runner profile and one check per deployment, shared by all items."""
+def _results_dir(config: pytest.Config) -> Path:
+    chosen = config.getoption("results_dir") or getattr(config, "workerinput", {}).get(RESULTS_DIR_INPUT)
+    if chosen:
+        return Path(chosen)
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return config.rootpath / "results" / stamp
 
-    def __init__(self, config: pytest.Config):
-        self.config = config
-        self._python: str | None = None
-        self._resolvers: dict[str, preflight.Resolver] = {}
-        self._checks: dict[str, dict[tuple[str, str], Verdict]] = {}
-        self._failure: dict[str, str] = {}
 
-    @property
-    def python(self) -> str:
-        if self._python is None:
-            tw = self.config.get_terminal_writer()
-            self._python = envs.choose_python(self.config.getoption("sglang_python"),
-                                              self.config.getoption("sglang_version"),
-                                              lambda msg: tw.line(f"[sglperf] {msg}"))
-        return self._python
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """xdist: every worker writes into the controller's results folder."""
+    node.workerinput[RESULTS_DIR_INPUT] = str(node.config.stash[LIVE_KEY].options.results_dir)
 
-    def verdicts(self, deployment: Deployment) -> dict[tuple[str, str], Verdict]:
-        key = str(deployment.path.resolve())
-        if key in self._failure:
-            raise preflight.PreflightError(self._failure[key])
-        if key not in self._checks:
-            try:
-                profile_key = deployment.runner.model_dump_json()
-                if profile_key not in self._resolvers:
-                    self._resolvers[profile_key] = preflight.Resolver(self.python, deployment.runner)
-                checks = preflight.check(deployment, self._resolvers[profile_key])
-            except (preflight.PreflightError, envs.EnvBuildError) as exc:
-                self._failure[key] = str(exc)  # say it once per item, without retrying each time
-                raise preflight.PreflightError(str(exc)) from None
-            self._checks[key] = {(c.variant.id, v.intent): v for c in checks for v in c.verdicts}
-        return self._checks[key]
 
-    def close(self) -> None:
-        for resolver in self._resolvers.values():
-            resolver.close()
+def _raise_keyboard_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+MARKERS = {
+    "preflight": "SGLang's own argument resolution on the CPU, runner GPUs simulated",
+    "live": "a real (or emulated) SGLang server per variant",
+    "measure": "decode speed, TTFT, ITL and MTP acceptance against baselines",
+}
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.stash[SESSION_KEY] = PreflightSession(config)
+    for name, meaning in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {meaning}")
+    def progress(message: str) -> None:
+        # Looked up per call: the terminal reporter does not exist yet while plugins configure.
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(f"[sglperf] {message}")
+        else:
+            print(f"[sglperf] {message}", file=sys.stderr, flush=True)
+
+    chosen: list[str] = []
+
+    def python() -> str:
+        if not chosen:
+            chosen.append(envs.choose_python(config.getoption("sglang_python"),
+                                             config.getoption("sglang_version"), progress))
+        return chosen[0]
+
+    config.stash[PREFLIGHT_KEY] = PreflightSession(python)
+    options = LiveOptions(
+        emulator=config.getoption("emulator"), emulator_config=config.getoption("emulator_config"),
+        model_path=config.getoption("model_path"), api_key=config.getoption("api_key"),
+        results_dir=_results_dir(config), ignore_runner_mismatch=config.getoption("ignore_runner_mismatch"),
+        gpu_timeout_s=config.getoption("gpu_timeout"))
+    config.stash[LIVE_KEY] = LiveSession(options, config.stash[PREFLIGHT_KEY], progress)
+    # SIGTERM (CI cancel, xdist shutting a worker down) unwinds like Ctrl-C, so servers are torn down.
+    try:
+        config.stash[SIGTERM_KEY] = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    except ValueError:
+        pass  # not the main thread
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    session = config.stash.get(SESSION_KEY, None)
-    if session is not None:
-        session.close()
+    previous = config.stash.get(SIGTERM_KEY, None)
+    if previous is not None:
+        signal.signal(signal.SIGTERM, previous)
+    live = config.stash.get(LIVE_KEY, None)
+    if live is not None:
+        live.close()
+    pre = config.stash.get(PREFLIGHT_KEY, None)
+    if pre is not None:
+        pre.close()
+    server.stop_all()
 
 
 def _deployments_dir(config: pytest.Config) -> Path:
@@ -89,17 +128,36 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
 
 
 class DeploymentFile(pytest.File):
-    def collect(self) -> Iterator[pytest.Item]:
+    def collect(self) -> Iterator[pytest.Collector]:
         deployment = load(self.path)
         for variant in deployment.variants:
-            for intent in deployment.expectations_for(variant):
-                yield PreflightItem.from_parent(self, name=f"{deployment.key}-{variant.id}-{intent}",
-                                               deployment=deployment, variant_id=variant.id, intent=intent)
+            yield VariantNode.from_parent(self, name=variant.id, deployment=deployment)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:  # type: ignore[override]
         if isinstance(excinfo.value, DeploymentError):
             return str(excinfo.value)
         return super().repr_failure(excinfo)  # type: ignore[return-value]
+
+
+class VariantNode(pytest.Collector):
+    """One variant's items. Under `pytest -n N --dist loadscope` a variant stays on one worker,
+    so each variant's server is started once."""
+
+    def __init__(self, *, deployment: Deployment, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.deployment = deployment
+
+    def collect(self) -> Iterator[pytest.Item]:
+        d, variant = self.deployment, self.deployment.variant(self.name)
+        expectations = d.expectations_for(variant)
+        for intent in expectations:
+            yield PreflightItem.from_parent(self, name=f"{d.key}-{variant.id}-{intent}",
+                                           deployment=d, variant_id=variant.id, intent=intent)
+        for intent in expectations:
+            yield LiveItem.from_parent(self, name=f"{d.key}-{variant.id}-{intent}-live",
+                                      deployment=d, variant_id=variant.id, intent=intent)
+        yield DriftItem.from_parent(self, name=f"{d.key}-{variant.id}-live-vs-preflight",
+                                    deployment=d, variant_id=variant.id, intent="")
 
 
 class IntentFailed(Exception):
@@ -108,30 +166,104 @@ class IntentFailed(Exception):
         self.verdict = verdict
 
 
-class PreflightItem(pytest.Item):
+class SglperfItem(pytest.Item):
+    tier = ""
+
     def __init__(self, *, deployment: Deployment, variant_id: str, intent: str, **kwargs: Any):
         super().__init__(**kwargs)
         self.deployment = deployment
         self.variant_id = variant_id
         self.intent = intent
-        self.add_marker(pytest.mark.preflight)
-        self.user_properties.append(("sglperf_tier", "preflight"))
+        self.add_marker(getattr(pytest.mark, self.tier))
+        self.user_properties.append(("sglperf_tier", self.tier))
 
-    def runtest(self) -> None:
-        session: PreflightSession = self.config.stash[SESSION_KEY]
-        verdict = session.verdicts(self.deployment)[(self.variant_id, self.intent)]
+    @property
+    def variant_key(self) -> tuple[str, str]:
+        return (str(self.deployment.path.resolve()), self.variant_id)
+
+    def report_verdict(self, verdict: Verdict) -> None:
         self.user_properties += [("sglang_version", verdict.sglang_version), ("expected", verdict.expected),
                                  ("effective", str(verdict.actual)), ("verdict", verdict.status.value)]
         if verdict.status == Status.UNPROVEN:
             # Reported where the item is, not at this line of the plugin.
-            raise pytest.skip.Exception(f"unproven in preflight: {verdict.detail}", _use_item_location=True)
+            raise pytest.skip.Exception(f"unproven in {verdict.tier}: {verdict.detail}", _use_item_location=True)
         if verdict.status != Status.PASS:
             raise IntentFailed(verdict)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:  # type: ignore[override]
-        if isinstance(excinfo.value, (IntentFailed, preflight.PreflightError)):
+        if isinstance(excinfo.value, (IntentFailed, preflight.PreflightError, server.ServerStartError)):
             return str(excinfo.value)
         return super().repr_failure(excinfo)  # type: ignore[return-value]
 
     def reportinfo(self) -> tuple[Path, int, str]:
-        return self.path, 0, f"preflight {self.name}"
+        return self.path, 0, f"{self.tier} {self.name}"
+
+
+class PreflightItem(SglperfItem):
+    tier = "preflight"
+
+    def runtest(self) -> None:
+        self.report_verdict(self.config.stash[PREFLIGHT_KEY].verdict(self.deployment, self.variant_id, self.intent))
+
+
+class _LiveTierItem(SglperfItem):
+    tier = "live"
+
+    def live(self) -> LiveSession:
+        return self.config.stash[LIVE_KEY]
+
+    def setup(self) -> None:
+        reason = self.live().skip_reason(self.deployment)
+        if reason:
+            raise pytest.skip.Exception(reason, _use_item_location=True)
+
+    def variant(self):  # noqa: ANN201 - pydantic model
+        return self.deployment.variant(self.variant_id)
+
+
+class LiveItem(_LiveTierItem):
+    def runtest(self) -> None:
+        try:
+            verdicts = self.live().verdicts(self.deployment, self.variant())
+        except LiveSkip as exc:
+            raise pytest.skip.Exception(str(exc), _use_item_location=True) from None
+        self.report_verdict(next(v for v in verdicts if v.intent == self.intent))
+
+
+class DriftFailed(Exception):
+    pass
+
+
+class DriftItem(_LiveTierItem):
+    def runtest(self) -> None:
+        found, lines = self.live().drift(self.deployment, self.variant())
+        self.user_properties.append(("drift", "; ".join(lines)))
+        if lines:
+            self.add_report_section("call", "live vs preflight", "\n".join(lines))
+        if found.intent_fields:
+            raise DriftFailed(f"{self.name}: preflight mispredicted fields that intents read: "
+                              + "; ".join(lines[: len(found.intent_fields)]))
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:  # type: ignore[override]
+        if isinstance(excinfo.value, DriftFailed):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo)
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Stop a variant's server once its last item ran here, freeing its GPUs for the next one."""
+    if not isinstance(item, _LiveTierItem):
+        return
+    if isinstance(nextitem, _LiveTierItem) and nextitem.variant_key == item.variant_key:
+        return
+    item.live().stop()
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    live = config.stash[LIVE_KEY]
+    lines = [f"sglperf results: {live.options.results_dir}"]
+    if live.options.emulator:
+        lines.append("sglperf live tier: SGLang EMULATOR (test double) - its numbers are not GPU results")
+    if os.environ.get("SGLPERF_SIMULATED_GPUS"):
+        lines.append(f"sglperf GPUs: simulated ({os.environ['SGLPERF_SIMULATED_GPUS']})")
+    return lines

@@ -64,10 +64,10 @@ def test_pytest_items_ids_and_failure_message(pytester: pytest.Pytester, sglang_
     result.assert_outcomes(passed=11, failed=2, skipped=1)
     result.stdout.fnmatch_lines([
         "*because: SGLang rule _handle_piecewise_cuda_graph*Multimodal*",
-        "*PASSED deployments/qwen36.toml::qwen36-mtp3-prefill-graph-prefill_cuda_graph*",
+        "*PASSED deployments/qwen36.toml::mtp3-prefill-graph::qwen36-mtp3-prefill-graph-prefill_cuda_graph*",
         "*SKIPPED*unproven in preflight*",
-        "*FAILED deployments/qwen36.toml::qwen36-mtp1-prefill_cuda_graph*",
-        "*FAILED deployments/qwen36.toml::qwen36-mtp3-defaults-prefill_cuda_graph*",
+        "*FAILED deployments/qwen36.toml::mtp1::qwen36-mtp1-prefill_cuda_graph*",
+        "*FAILED deployments/qwen36.toml::mtp3-defaults::qwen36-mtp3-defaults-prefill_cuda_graph*",
     ])
 
 

@@ -1,0 +1,246 @@
+"""One test run's shared state: preflight resolvers and the live servers, one variant at a time.
+
+The pytest plugin only maps items onto these objects, so the same run can be driven from code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sglperf import envs, gpus, live, modelsize, preflight, server
+from sglperf.deployment import Deployment, Variant
+from sglperf.flags import LaunchPlan, plan
+from sglperf.verdict import Verdict
+
+Progress = Callable[[str], None]
+MODEL_PATH_ENV = "SGLPERF_MODEL_PATH"
+API_KEY_ENV = "SGLPERF_API_KEY"
+
+
+def _deployment_key(deployment: Deployment) -> str:
+    return str(deployment.path.resolve())
+
+
+class PreflightSession:
+    """One resolver per runner profile and one check per deployment, shared by every item."""
+
+    def __init__(self, python: Callable[[], str]):
+        self._python = python
+        self._resolvers: dict[str, preflight.Resolver] = {}
+        self._checks: dict[str, list[preflight.VariantCheck]] = {}
+        self._failure: dict[str, str] = {}
+
+    def resolver(self, deployment: Deployment) -> preflight.Resolver:
+        profile_key = deployment.runner.model_dump_json()
+        if profile_key not in self._resolvers:
+            self._resolvers[profile_key] = preflight.Resolver(self._python(), deployment.runner)
+        return self._resolvers[profile_key]
+
+    def checks(self, deployment: Deployment) -> list[preflight.VariantCheck]:
+        key = _deployment_key(deployment)
+        if key in self._failure:
+            raise preflight.PreflightError(self._failure[key])
+        if key not in self._checks:
+            try:
+                self._checks[key] = preflight.check(deployment, self.resolver(deployment))
+            except (preflight.PreflightError, envs.EnvBuildError) as exc:
+                self._failure[key] = str(exc)  # said once per item, not retried for each
+                raise preflight.PreflightError(str(exc)) from None
+        return self._checks[key]
+
+    def check(self, deployment: Deployment, variant_id: str) -> preflight.VariantCheck:
+        return next(c for c in self.checks(deployment) if c.variant.id == variant_id)
+
+    def verdict(self, deployment: Deployment, variant_id: str, intent: str) -> Verdict:
+        return next(v for v in self.check(deployment, variant_id).verdicts if v.intent == intent)
+
+    def close(self) -> None:
+        for resolver in self._resolvers.values():
+            resolver.close()
+
+
+@dataclass(frozen=True)
+class LiveOptions:
+    emulator: bool = False
+    emulator_config: str | None = None  # JSON or @file, passed to the emulator
+    model_path: str | None = None
+    api_key: str | None = None
+    results_dir: Path = Path("results")
+    ignore_runner_mismatch: bool = False
+    gpu_timeout_s: float = 3600.0
+
+
+class LiveSkip(Exception):
+    """Live items of this deployment cannot run here; the message says why and what to do."""
+
+
+@dataclass
+class RunningVariant:
+    deployment: Deployment
+    variant: Variant
+    plan: LaunchPlan
+    server: server.Server
+    lease: gpus.Lease | None
+    facts: live.ServerFacts
+    verdicts: list[Verdict] = field(default_factory=list)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (_deployment_key(self.deployment), self.variant.id)
+
+
+class LiveSession:
+    """Starts one server per (deployment, variant) on a GPU set of its own, one variant at a time."""
+
+    def __init__(self, options: LiveOptions, preflight_session: PreflightSession, progress: Progress):
+        self.options = options
+        self.preflight = preflight_session
+        self.progress = progress
+        self.current: RunningVariant | None = None
+        self._failures: dict[tuple[str, str], str] = {}
+        self._allocator: gpus.GpuAllocator | None = None
+
+    def _inventory(self, deployment: Deployment) -> gpus.Inventory:
+        if self.options.emulator and not os.environ.get(gpus.SIMULATED_ENV):
+            # The emulator stands in for the runner: give it the runner's GPUs so allocation and
+            # profile checks run exactly as on the GPU box.
+            runner = deployment.runner
+            os.environ[gpus.SIMULATED_ENV] = f"{runner.gpu_count}x{runner.gpu_name}:{runner.memory_gib}"
+        return gpus.visible_gpus()
+
+    def skip_reason(self, deployment: Deployment) -> str | None:
+        inventory = self._inventory(deployment)
+        if not inventory.gpus:
+            return ("no GPU visible (NVML and nvidia-smi found none): run the live tier on a GPU runner, "
+                    "or pass --emulator to exercise it against the SGLang emulator (a test double)")
+        mismatches = gpus.match_profile(inventory, deployment.runner, deployment.launch.tp_size)
+        if mismatches and not self.options.ignore_runner_mismatch:
+            return (f"this machine is not runner profile {deployment.runner.name!r}: {'; '.join(mismatches)} "
+                    "(pass --ignore-runner-mismatch to run anyway)")
+        return None
+
+    def running(self, deployment: Deployment, variant: Variant) -> RunningVariant:
+        key = (_deployment_key(deployment), variant.id)
+        if key in self._failures:
+            raise server.ServerStartError(self._failures[key])
+        if self.current is not None and self.current.key == key:
+            return self.current
+        self.stop()
+        reason = self.skip_reason(deployment)
+        if reason:
+            raise LiveSkip(reason)
+        try:
+            self.current = self._start(deployment, variant)
+        except (server.ServerStartError, live.LiveError, TimeoutError) as exc:
+            self._failures[key] = str(exc)
+            raise server.ServerStartError(str(exc)) from None
+        return self.current
+
+    def _model_path(self, deployment: Deployment) -> str:
+        chosen = self.options.model_path or os.environ.get(MODEL_PATH_ENV)
+        if chosen:
+            return chosen
+        # The emulator has no checkpoint: it serves the config preflight uses (for /model_info).
+        return str(deployment.config_path.parent) if self.options.emulator else deployment.model.served_path
+
+    def _start(self, deployment: Deployment, variant: Variant) -> RunningVariant:
+        check = self.preflight.check(deployment, variant.id)
+        release = self.preflight.resolver(deployment).release()
+        launch = plan(deployment, variant, release.parser, self._model_path(deployment), deployment.architectures)
+        name = f"{deployment.key}-{variant.id}"
+        env = dict(launch.env)
+        if self.options.emulator:
+            env.update(self._emulator_env(name, check, release.version, deployment, launch))
+        if self._allocator is None:
+            self._allocator = gpus.GpuAllocator()
+        lease = self._allocator.acquire(deployment.launch.tp_size, self.options.gpu_timeout_s, self.progress)
+        # The emulator is part of sglperf, so it runs under sglperf's interpreter, not SGLang's.
+        python = sys.executable if self.options.emulator else self.preflight.resolver(deployment).python
+        spec = server.ServerSpec(
+            name=name, python=python, argv=launch.argv, env=env,
+            log_path=self.options.results_dir / "servers" / f"{name}.log",
+            startup_timeout_s=deployment.launch.startup_timeout_s,
+            api_key=self.options.api_key or os.environ.get(API_KEY_ENV), emulated=self.options.emulator)
+        try:
+            running_server = server.launch(spec, lease.cuda_visible_devices, self.progress)
+        except BaseException:
+            lease.release()
+            raise
+        try:
+            facts = live.read_facts(running_server.base_url, running_server.headers)
+        except BaseException:
+            running_server.stop()
+            lease.release()
+            raise
+        return RunningVariant(deployment, variant, launch, running_server, lease, facts)
+
+    def _emulator_env(self, name: str, check: preflight.VariantCheck, version: str, deployment: Deployment,
+                      launch: LaunchPlan) -> dict[str, str]:
+        """The emulator's effective args are the real preflight resolution of the same flags.
+
+        Its weight memory defaults to the model's text-only size (plus the MTP layer when speculative
+        decoding is on), like a server that skipped the vision tower; --emulator-config overrides.
+        """
+        if check.resolution is None or check.resolution.effective is None:
+            raise server.ServerStartError(f"{name}: preflight could not resolve this variant, so the emulator "
+                                          "has no effective args to serve (see the preflight items)")
+        path = self.options.results_dir / "servers" / f"{name}.effective.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"sglang_version": version, "effective": check.resolution.effective}))
+        size = modelsize.model_size(live.load_config(deployment.config_path))
+        mtp = deployment.speculative_for(check.variant) is not None
+        config: dict[str, Any] = {"weight_gb_per_gpu": round(size.weight_gib_per_gpu(
+            deployment.launch.tp_size, vision=False, vision_replicated=False, mtp=mtp), 3)}
+        config.update(_user_emulator_config(self.options.emulator_config))
+        return {"SGLPERF_EMULATOR_EFFECTIVE": str(path), "SGLPERF_EMULATOR_CONFIG": json.dumps(config)}
+
+    def verdicts(self, deployment: Deployment, variant: Variant) -> list[Verdict]:
+        running = self.running(deployment, variant)
+        if not running.verdicts:
+            expectations = deployment.expectations_for(variant)
+            running.verdicts = live.check(
+                deployment.key, variant.id, expectations, running.facts, running.server.log_tail(100_000),
+                config=live.load_config(deployment.config_path), tp=deployment.launch.tp_size,
+                requested=list(variant.request), warnings=running.plan.warnings)
+        return running.verdicts
+
+    def drift(self, deployment: Deployment, variant: Variant) -> tuple[live.Drift, list[str]]:
+        running = self.running(deployment, variant)
+        predicted = self.preflight.check(deployment, variant.id).resolution
+        effective = predicted.effective if predicted and predicted.effective else {}
+        found = live.drift(running.facts.effective, effective)
+        return found, found.describe(running.facts.effective, effective)
+
+    def stop(self) -> None:
+        running, self.current = self.current, None
+        if running is None:
+            return
+        report = running.server.stop()
+        self.progress(f"{running.server.spec.name}: stopped {len(report.pids)} processes in {report.seconds:.1f} s"
+                      + (f" ({len(report.killed)} needed SIGKILL)" if report.killed else ""))
+        if running.lease is not None:
+            check = gpus.wait_gpu_memory_released(report.pids, running.lease.indices, 120.0)
+            if not check.released:
+                self.progress(f"{running.server.spec.name}: {check.detail}")
+            running.lease.release()
+
+    def close(self) -> None:
+        self.stop()
+
+
+def _user_emulator_config(text: str | None) -> dict[str, Any]:
+    if not text:
+        return {}
+    try:
+        data = json.loads(Path(text[1:]).read_text() if text.startswith("@") else text)
+    except (OSError, json.JSONDecodeError) as exc:
+        raise server.ServerStartError(f"--emulator-config {text!r}: not JSON or @file of JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise server.ServerStartError(f"--emulator-config {text!r}: expected a JSON object")
+    return data

@@ -1,0 +1,137 @@
+"""The live tier end to end: real preflight (SGLang 0.5.23) + the emulator through the same launcher.
+
+Every scenario checks that no server process is left behind.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from .conftest import NEW_SGLANG, QWEN36, QWEN36_CONFIG
+
+pytest_plugins = ["pytester"]
+ITEMS_PER_RUN = 14 + 4  # (variant, intent) pairs + one live-vs-preflight item per variant
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester, sglang_python, monkeypatch: pytest.MonkeyPatch):
+    """A project folder with the qwen36 deployment; returns a runner of `pytest -m live`."""
+    monkeypatch.delenv("SGLPERF_SIMULATED_GPUS", raising=False)
+    monkeypatch.setenv("SGLPERF_GPU_LOCK_DIR", str(pytester.path / "gpu-locks"))
+    (pytester.path / "deployments").mkdir()
+    (pytester.path / "models" / "qwen3.6-27b").mkdir(parents=True)
+    (pytester.path / "models" / "qwen3.6-27b" / "config.json").write_text(QWEN36_CONFIG.read_text())
+    pytester.makeini("[pytest]\ntestpaths = deployments\n")
+    python = sglang_python(NEW_SGLANG)
+
+    def write(text: str | None = None) -> None:
+        (pytester.path / "deployments" / "qwen36.toml").write_text(text or QWEN36.read_text())
+
+    def run(*args: str) -> pytest.RunResult:
+        # A subprocess, as a user runs it (in-process runs would also re-import httpcore between runs).
+        argv = ("-m", "live", f"--sglang-python={python}", f"--results-dir={pytester.path / 'results'}", "-rA", *args)
+        result = pytester.runpytest_subprocess(*argv, timeout=300)
+        assert not _emulators_under(pytester.path), "a server outlived the run"
+        return result
+
+    write()
+    run.write = write  # type: ignore[attr-defined]
+    run.path = pytester.path  # type: ignore[attr-defined]
+    return run
+
+
+def _emulators_under(path: Path) -> list[int]:
+    found = []
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        cmd = " ".join(p.info["cmdline"] or [])
+        if "sglperf.emulator" in cmd and str(path) in cmd:
+            found.append(p.pid)
+    return found
+
+
+def test_without_gpu_live_items_skip_saying_how_to_run_them(project) -> None:
+    result = project()
+    result.assert_outcomes(skipped=ITEMS_PER_RUN)
+    result.stdout.fnmatch_lines(["*no GPU visible*run the live tier on a GPU runner, or pass --emulator*"])
+
+
+def test_emulator_runs_the_live_tier_end_to_end(project) -> None:
+    result = project("--emulator")
+    result.assert_outcomes(passed=ITEMS_PER_RUN)
+    result.stdout.fnmatch_lines(["*SGLang EMULATOR (test double)*"])
+    logs = sorted((project.path / "results" / "servers").glob("*.log"))
+    assert [p.stem for p in logs] == ["qwen36-mtp1", "qwen36-mtp3-defaults", "qwen36-mtp3-full", "qwen36-mtp3-prefill-graph"]
+    text = logs[0].read_text()
+    assert "-m sglperf.emulator --model-path" in text and "--speculative-num-steps 1" in text
+    assert "CUDA_VISIBLE_DEVICES=0,1" in text and "stopped at" in text
+
+
+def test_vision_tower_loaded_despite_the_flag_is_named(project) -> None:
+    # The emulator loads extra weights as a real server that built the vision tower would.
+    result = project("--emulator", "--emulator-config", json.dumps({"vision_weight_gb_per_gpu": 0.9}),
+                     "-k", "vision_weights_skipped")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*vision_weights_skipped expected on, effective flag set, but the vision tower was loaded*"])
+
+
+def test_server_exiting_during_startup_fails_every_item_of_the_variant_with_its_log(project) -> None:
+    result = project("--emulator", "--emulator-config", json.dumps({"exit_during_startup": 3, "startup_s": 1.0}),
+                     "-k", "mtp1")
+    result.assert_outcomes(failed=4)
+    result.stdout.fnmatch_lines(["*server exited with code 3 during startup*", "*TEST DOUBLE*"])
+    # One start attempt per variant, not one per item.
+    assert (project.path / "results" / "servers" / "qwen36-mtp1.log").read_text().count("started at") == 1
+
+
+def test_server_never_healthy_fails_within_its_deadline(project) -> None:
+    project.write(QWEN36.read_text().replace("startup_timeout_s = 1800", "startup_timeout_s = 3"))
+    result = project("--emulator", "--emulator-config", json.dumps({"never_healthy": True}), "-k", "mtp1")
+    result.assert_outcomes(failed=4)
+    result.stdout.fnmatch_lines(["*not healthy within 3 s (deployment launch.startup_timeout_s)*"])
+
+
+def test_server_info_errors_name_the_server_and_endpoint(project) -> None:
+    result = project("--emulator", "--emulator-config", json.dumps({"http_5xx_paths": ["/server_info"]}),
+                     "-k", "mtp1")
+    result.assert_outcomes(failed=4)
+    result.stdout.fnmatch_lines(["*http://127.0.0.1:*/server_info answered 500*"])
+
+
+def test_runner_mismatch_skips_unless_told_to_proceed(project, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SGLPERF_SIMULATED_GPUS", "2xNVIDIA H100 80GB HBM3:80")
+    result = project("--emulator", "-k", "mtp1")
+    result.assert_outcomes(skipped=4)
+    result.stdout.fnmatch_lines(["*not runner profile '2xA6000'*pass --ignore-runner-mismatch*"])
+    result = project("--emulator", "--ignore-runner-mismatch", "-k", "mtp1")
+    result.assert_outcomes(passed=4)
+
+
+def _intervals(results: Path) -> list[tuple[str, float, float]]:
+    spans = []
+    for log in (results / "servers").glob("*.log"):
+        text = log.read_text()
+        start = re.search(r"started at ([\d.]+) CUDA_VISIBLE_DEVICES=([\d,]+)", text)
+        stop = re.search(r"stopped at ([\d.]+)", text)
+        assert start and stop, log
+        spans.append((start.group(2), float(start.group(1)), float(stop.group(1))))
+    return spans
+
+
+@pytest.mark.parametrize(("gpus", "parallel"), [(2, False), (8, True)])
+def test_xdist_workers_never_share_a_gpu_set(project, monkeypatch: pytest.MonkeyPatch, gpus: int, parallel: bool) -> None:
+    monkeypatch.setenv("SGLPERF_SIMULATED_GPUS", f"{gpus}xNVIDIA RTX A6000:48")
+    result = project("--emulator", "--ignore-runner-mismatch", "--emulator-config", json.dumps({"startup_s": 2.0}),
+                     "-n", "4", "--dist", "loadscope", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=ITEMS_PER_RUN)
+    spans = _intervals(project.path / "results")
+    assert len(spans) == 4
+    overlaps = [(a, b) for i, a in enumerate(spans) for b in spans[i + 1:] if a[1] < b[2] and b[1] < a[2]]
+    assert all(set(a[0].split(",")).isdisjoint(b[0].split(",")) for a, b in overlaps), overlaps
+    assert bool(overlaps) is parallel, spans
