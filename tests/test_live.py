@@ -135,3 +135,47 @@ def test_xdist_workers_never_share_a_gpu_set(project, monkeypatch: pytest.Monkey
     overlaps = [(a, b) for i, a in enumerate(spans) for b in spans[i + 1:] if a[1] < b[2] and b[1] < a[2]]
     assert all(set(a[0].split(",")).isdisjoint(b[0].split(",")) for a, b in overlaps), overlaps
     assert bool(overlaps) is parallel, spans
+
+
+def _wait_for(predicate, timeout: float = 60.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGINT", "SIGKILL-xdist-worker"])
+def test_interrupted_run_leaves_no_server(project, sglang_python, how: str) -> None:
+    """Ctrl-C, a CI cancel (SIGTERM) and an xdist worker dying mid-startup all take the server down."""
+    import os
+    import signal
+    import time
+
+    project.write(QWEN36.read_text().replace("startup_timeout_s = 1800", "startup_timeout_s = 120"))
+    args = [sys.executable, "-m", "pytest", "-m", "live", "-k", "mtp1", f"--sglang-python={sglang_python(NEW_SGLANG)}",
+            f"--results-dir={project.path / 'results'}", "--emulator", "--emulator-config", json.dumps({"never_healthy": True}),
+            "-p", "no:cacheprovider"]
+    if how.startswith("SIGKILL"):
+        args += ["-n", "1"]
+    proc = subprocess.Popen(args, cwd=project.path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for(lambda: _emulators_under(project.path))
+        if how == "SIGKILL-xdist-worker":
+            workers = [c for c in psutil.Process(proc.pid).children() if "execnet" in " ".join(c.cmdline())
+                       or "xdist" in " ".join(c.cmdline()) or c.name().startswith("python")]
+            assert workers
+            for w in workers:
+                w.kill()
+        else:
+            os.kill(proc.pid, getattr(signal, how))
+        _wait_for(lambda: not _emulators_under(project.path), timeout=30)
+        if not how.startswith("SIGKILL"):
+            started = time.monotonic()
+            proc.wait(timeout=30)
+            assert time.monotonic() - started < 30
+    finally:
+        proc.kill()
+        proc.wait()
+    assert not _emulators_under(project.path)
