@@ -118,18 +118,32 @@ class Variant(_Strict):
 class Workload(_Strict):
     id: Slug
     prompts: Path = Field(description="JSONL prompt set, relative to the deployment file")
+    max_prompts: int | None = Field(default=None, ge=1, description="use only the first N prompts of the set")
     output_len: int = Field(default=256, ge=1)
     concurrency: list[int] = Field(default_factory=lambda: [1])
     warmup: int = Field(default=2, ge=0)
-    repeats: int = Field(default=5, ge=1)
+    repeats: int = Field(default=12, ge=1, description="rounds over the prompt set; each round is one sample")
     api: Literal["native", "openai-chat", "openai-completions"] = "native"
     reuse_prefix_cache: bool = False
+    thresholds: dict[str, float] = Field(default_factory=dict, description="relative regression floors per metric")
 
     @field_validator("concurrency")
     @classmethod
     def _positive(cls, value: list[int]) -> list[int]:
         if not value or any(c < 1 for c in value):
             raise ValueError("concurrency must be a non-empty list of integers >= 1")
+        return value
+
+    @field_validator("thresholds")
+    @classmethod
+    def _known_metrics(cls, value: dict[str, float]) -> dict[str, float]:
+        from sglperf.stats import METRICS
+
+        for metric, threshold in value.items():
+            if metric not in METRICS:
+                raise ValueError(f"unknown metric {metric!r}; allowed: {', '.join(sorted(METRICS))}")
+            if not 0 < threshold < 1:
+                raise ValueError(f"threshold for {metric} must be a fraction between 0 and 1, e.g. 0.03")
         return value
 
 

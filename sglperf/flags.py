@@ -21,6 +21,7 @@ RENAMED_FLAGS = {
 
 MODEL_PATH_FLAG = "--model-path"
 TP_FLAG = "--tp-size"
+LOAD_FORMAT_FLAG = "--load-format"  # "dummy": random weights, for runners without the checkpoint
 
 
 class FlagError(ValueError):

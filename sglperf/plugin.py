@@ -8,6 +8,7 @@ A thin layer: collection turns deployments into items; running an item asks the 
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import os
 import signal
 import sys
@@ -17,9 +18,10 @@ from typing import Any
 
 import pytest
 
-from sglperf import envs, preflight, server
+from sglperf import envs, preflight, report, server
 from sglperf.deployment import Deployment, DeploymentError, load
 from sglperf.session import LiveOptions, LiveSession, LiveSkip, PreflightSession
+from sglperf.meter import MeterError
 from sglperf.verdict import Status, Verdict
 
 PREFLIGHT_KEY = pytest.StashKey[PreflightSession]()
@@ -43,6 +45,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     add("--ignore-runner-mismatch", action="store_true",
         help="run live items even if the visible GPUs differ from the deployment's runner profile")
     add("--gpu-timeout", type=float, default=3600.0, metavar="S", help="how long to wait for a free GPU set")
+    add("--baselines-dir", metavar="DIR", help="baseline store (default: <rootdir>/baselines)")
+    add("--update-baselines", action="store_true",
+        help="record the measured samples as the new baselines (refused for variants whose effective args are wrong)")
+    add("--baseline-missing", choices=("fail", "skip"), default="fail", help="what a measurement without baseline does")
+    add("--baseline-mismatch", choices=("fail", "skip"), default="fail",
+        help="what a baseline from another runner profile, GPU model or GPU count does")
     parser.addini("sglperf_deployments", "folder holding deployment files", default="deployments")
 
 
@@ -72,6 +80,7 @@ MARKERS = {
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    _CONFIG[:] = [config]
     for name, meaning in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {meaning}")
     def progress(message: str) -> None:
@@ -95,7 +104,10 @@ def pytest_configure(config: pytest.Config) -> None:
         emulator=config.getoption("emulator"), emulator_config=config.getoption("emulator_config"),
         model_path=config.getoption("model_path"), api_key=config.getoption("api_key"),
         results_dir=_results_dir(config), ignore_runner_mismatch=config.getoption("ignore_runner_mismatch"),
-        gpu_timeout_s=config.getoption("gpu_timeout"))
+        gpu_timeout_s=config.getoption("gpu_timeout"),
+        baselines_dir=Path(config.getoption("baselines_dir") or config.rootpath / "baselines"),
+        update_baselines=config.getoption("update_baselines"), baseline_missing=config.getoption("baseline_missing"),
+        baseline_mismatch=config.getoption("baseline_mismatch"), root=config.rootpath)
     config.stash[LIVE_KEY] = LiveSession(options, config.stash[PREFLIGHT_KEY], progress)
     # SIGTERM (CI cancel, xdist shutting a worker down) unwinds like Ctrl-C, so servers are torn down.
     try:
@@ -158,6 +170,11 @@ class VariantNode(pytest.Collector):
                                       deployment=d, variant_id=variant.id, intent=intent)
         yield DriftItem.from_parent(self, name=f"{d.key}-{variant.id}-live-vs-preflight",
                                     deployment=d, variant_id=variant.id, intent="")
+        for workload in d.workloads:
+            for concurrency in workload.concurrency:
+                yield MeasureItem.from_parent(self, name=f"{d.key}-{variant.id}-{workload.id}-c{concurrency}",
+                                              deployment=d, variant_id=variant.id, intent="",
+                                              workload_id=workload.id, concurrency=concurrency)
 
 
 class IntentFailed(Exception):
@@ -182,6 +199,7 @@ class SglperfItem(pytest.Item):
         return (str(self.deployment.path.resolve()), self.variant_id)
 
     def report_verdict(self, verdict: Verdict) -> None:
+        _append_verdict(self.config, verdict)
         self.user_properties += [("sglang_version", verdict.sglang_version), ("expected", verdict.expected),
                                  ("effective", str(verdict.actual)), ("verdict", verdict.status.value)]
         if verdict.status == Status.UNPROVEN:
@@ -248,6 +266,109 @@ class DriftItem(_LiveTierItem):
         if isinstance(excinfo.value, DriftFailed):
             return str(excinfo.value)
         return super().repr_failure(excinfo)
+
+
+class MeasureFailed(Exception):
+    pass
+
+
+class MeasureItem(_LiveTierItem):
+    tier = "measure"
+
+    def __init__(self, *, workload_id: str, concurrency: int, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.workload_id = workload_id
+        self.concurrency = concurrency
+
+    def runtest(self) -> None:
+        workload = next(w for w in self.deployment.workloads if w.id == self.workload_id)
+        try:
+            outcome, record = self.live().measure(self.deployment, self.variant(), workload, self.concurrency)
+        except LiveSkip as exc:
+            raise pytest.skip.Exception(str(exc), _use_item_location=True) from None
+        summary = record["summary"]
+        self.user_properties.append(("sglperf_measurement", json.dumps({
+            "key": outcome.key, "emulated": record["emulated"], "status": outcome.baseline_status,
+            "medians": {m: s["median"] for m, s in summary.items()},
+            "outcomes": {c["metric"]: c["outcome"] for c in record["comparisons"]},
+            "changes": outcome.changes})))
+        for metric, s in sorted(summary.items()):
+            self.user_properties.append((f"median_{metric}", s["median"]))
+        lines = [f"{m}: median {s['median']:.4g} (p10 {s['p10']:.4g}, p90 {s['p90']:.4g}, n={s['n']})"
+                 for m, s in sorted(summary.items())]
+        lines += [c["message"] for c in record["comparisons"]] + [f"note: {n}" for n in outcome.notes]
+        lines += [f"baseline: {c}" for c in outcome.changes]
+        self.add_report_section("call", "measurement" + (" (EMULATOR, not GPU results)" if record["emulated"] else ""),
+                                "\n".join(lines))
+        if outcome.skip_reason:
+            raise pytest.skip.Exception(outcome.skip_reason, _use_item_location=True)
+        if outcome.problems:
+            context = f" ({'; '.join(outcome.notes)})" if outcome.notes else ""
+            raise MeasureFailed("\n".join([f"{outcome.key}{context}:", *(f"  {p}" for p in outcome.problems)]))
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:  # type: ignore[override]
+        if isinstance(excinfo.value, (MeasureFailed, MeterError)):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo)
+
+
+def _append_verdict(config: pytest.Config, verdict: Verdict) -> None:
+    """One JSON line per verdict; one file per pytest process, so xdist workers never interleave."""
+    folder = config.stash[LIVE_KEY].options.results_dir
+    folder.mkdir(parents=True, exist_ok=True)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    with open(folder / f"verdicts-{worker}.jsonl", "a") as fh:
+        fh.write(json.dumps(verdict.to_record(), sort_keys=True) + "\n")
+
+
+MEASUREMENTS_KEY = pytest.StashKey[list]()
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Collects measurement summaries (also from xdist workers) for the terminal summary."""
+    if report.when != "call":
+        return
+    for name, value in report.user_properties:
+        if name == "sglperf_measurement":
+            _CONFIG[0].stash.setdefault(MEASUREMENTS_KEY, []).append(json.loads(value))
+
+
+_CONFIG: list[pytest.Config] = []
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    rows = config.stash.get(MEASUREMENTS_KEY, [])
+    live = config.stash[LIVE_KEY]
+    if rows:
+        tr = terminalreporter
+        emulated = any(r["emulated"] for r in rows)
+        tr.section("sglperf measurements" + (" (EMULATOR: a test double, not GPU results)" if emulated else ""))
+        tr.write_line(f"{'item':44} {'decode tok/s':>12} {'TTFT s':>9} {'ITL ms':>8} {'accept':>7}  baseline")
+        for r in sorted(rows, key=lambda r: r["key"]):
+            m = r["medians"]
+            regressed = [k for k, v in r["outcomes"].items() if v in ("regression", "insufficient")]
+            improved = [k for k, v in r["outcomes"].items() if v == "improvement"]
+            verdict = (f"REGRESSION: {', '.join(regressed)}" if regressed else
+                       f"improved: {', '.join(improved)} (refresh with --update-baselines)" if improved else r["status"])
+            itl = m.get("itl_s")
+            tr.write_line(f"{r['key']:44} {m.get('decode_tok_s', float('nan')):12.1f} {m.get('ttft_s', float('nan')):9.3f} "
+                          f"{(itl * 1000 if itl else float('nan')):8.2f} {m.get('accept_length', float('nan')):7.2f}  {verdict}")
+        changes = [c for r in rows for c in r["changes"]]
+        if changes:
+            tr.section("sglperf baseline changes")
+            for line in changes:
+                tr.write_line(line)
+    if not hasattr(config, "workerinput") and live.options.results_dir.is_dir():
+        try:
+            path = report.write(live.options.results_dir, history=_history_dirs(live.options.results_dir))
+            terminalreporter.write_line(f"sglperf report: {path}")
+        except ValueError:
+            pass  # nothing was recorded
+
+
+def _history_dirs(folder: Path) -> list[Path]:
+    parent = folder.resolve().parent
+    return sorted(p for p in parent.iterdir() if p.is_dir() and p != folder.resolve() and (p / "measurements").is_dir())
 
 
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:

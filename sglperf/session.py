@@ -9,14 +9,15 @@ import json
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from sglperf import envs, gpus, live, modelsize, preflight, server
-from sglperf.deployment import Deployment, Variant
+from sglperf import baseline, envs, gpus, live, meter, modelsize, preflight, regression, server
+from sglperf.deployment import Deployment, Variant, Workload
 from sglperf.flags import LaunchPlan, plan
 from sglperf.verdict import Verdict
+from sglperf.workload import load_prompts
 
 Progress = Callable[[str], None]
 MODEL_PATH_ENV = "SGLPERF_MODEL_PATH"
@@ -74,6 +75,11 @@ class LiveOptions:
     results_dir: Path = Path("results")
     ignore_runner_mismatch: bool = False
     gpu_timeout_s: float = 3600.0
+    baselines_dir: Path = Path("baselines")
+    update_baselines: bool = False
+    baseline_missing: str = "fail"  # or "skip"
+    baseline_mismatch: str = "fail"  # or "skip"
+    root: Path = Path(".")
 
 
 class LiveSkip(Exception):
@@ -88,6 +94,7 @@ class RunningVariant:
     server: server.Server
     lease: gpus.Lease | None
     facts: live.ServerFacts
+    inventory: gpus.Inventory
     verdicts: list[Verdict] = field(default_factory=list)
 
     @property
@@ -178,7 +185,7 @@ class LiveSession:
             running_server.stop()
             lease.release()
             raise
-        return RunningVariant(deployment, variant, launch, running_server, lease, facts)
+        return RunningVariant(deployment, variant, launch, running_server, lease, facts, gpus.visible_gpus())
 
     def _emulator_env(self, name: str, check: preflight.VariantCheck, version: str, deployment: Deployment,
                       launch: LaunchPlan) -> dict[str, str]:
@@ -216,6 +223,69 @@ class LiveSession:
         effective = predicted.effective if predicted and predicted.effective else {}
         found = live.drift(running.facts.effective, effective)
         return found, found.describe(running.facts.effective, effective)
+
+    def measure(self, deployment: Deployment, variant: Variant, workload: Workload,
+                concurrency: int) -> tuple[regression.Outcome, dict[str, Any]]:
+        """Measure one workload at one concurrency; compare with (or record) the variant's baseline."""
+        running = self.running(deployment, variant)
+        key = f"{deployment.key}-{variant.id}-{workload.id}-c{concurrency}"
+        prompts = load_prompts(deployment.path.parent / workload.prompts)
+        if workload.max_prompts:
+            prompts = replace(prompts, prompts=prompts.prompts[: workload.max_prompts])
+        self.progress(f"{key}: measuring ({workload.repeats} rounds of {len(prompts.prompts)} prompts, "
+                      f"{workload.output_len} tokens each)")
+        result = meter.measure(running.server.base_url, workload, prompts, api_key=running.server.spec.api_key,
+                               concurrency=concurrency)
+        samples = regression.round_samples(result)
+        prov = regression.provenance(
+            runner=deployment.runner.name, facts=running.facts, sglang_python=self.preflight.resolver(deployment).python,
+            inventory=running.inventory, gpu_indices=running.lease.indices if running.lease else (),
+            launch_command=" ".join(running.server.command), argv=running.plan.argv, root=self.options.root)
+        entry = baseline.make_entry(workload.id, concurrency, prompts.digest, workload.output_len, samples)
+        path = self.baseline_path(deployment, variant, running.facts.emulated)
+        outcome = regression.Outcome(key)
+        if self.options.update_baselines:
+            self._record(outcome, path, deployment, variant, prov, entry)
+        else:
+            record_command = f"pytest -k {key} --update-baselines" + (" --emulator" if running.facts.emulated else "")
+            regression.compare(outcome, path, prov, entry, workload.thresholds, missing=self.options.baseline_missing,
+                               mismatch=self.options.baseline_mismatch, record_command=record_command)
+        stored = baseline.load(path).entries.get(entry.key) if path.exists() and outcome.baseline_status == "compared" else None
+        record = {
+            "key": key, "deployment": deployment.key, "variant": variant.id, "workload": workload.id,
+            "concurrency": concurrency, "emulated": running.facts.emulated, "sglang_version": running.facts.version,
+            "provenance": prov.model_dump(mode="json"), "samples": samples,
+            "summary": {m: s.model_dump() for m, s in entry.summary.items()},
+            "baseline": str(path), "baseline_status": outcome.baseline_status,
+            "baseline_samples": {m: list(v) for m, v in stored.samples.items()} if stored else {},
+            "comparisons": [regression.comparison_record(c) for c in outcome.comparisons],
+            "notes": outcome.notes, "problems": outcome.problems, "changes": outcome.changes,
+            "result": result.to_record(),
+        }
+        out = self.options.results_dir / "measurements" / f"{key}.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(record, indent=1, sort_keys=True, default=str))
+        return outcome, record
+
+    def baseline_path(self, deployment: Deployment, variant: Variant, emulated: bool) -> Path:
+        # Emulator baselines live apart: their numbers must never meet a GPU run's.
+        root = self.options.baselines_dir / "emulator" if emulated else self.options.baselines_dir
+        return baseline.path_for(root, deployment.runner.name, deployment.key, variant.id)
+
+    def _record(self, outcome: regression.Outcome, path: Path, deployment: Deployment, variant: Variant,
+                prov: baseline.Provenance, entry: baseline.Entry) -> None:
+        """--update-baselines: only from a variant whose effective args were right."""
+        bad = [v for v in self.verdicts(deployment, variant) if v.status.value in ("fail", "error")]
+        bad += [v for v in self.preflight.check(deployment, variant.id).verdicts if v.status.value in ("fail", "error")]
+        if bad:
+            outcome.baseline_status = "refused"
+            outcome.problems.append(
+                f"refusing to record a baseline for {deployment.key}/{variant.id}: its effective args are wrong ("
+                + "; ".join(f"{v.intent} expected {v.expected}, got {v.actual} ({v.tier})" for v in bad) + ")")
+            return
+        old, new = baseline.record(path, deployment.key, variant.id, prov, entry)
+        outcome.baseline_status = "recorded"
+        outcome.changes = baseline.describe_change(old, new, entry.key)
 
     def stop(self) -> None:
         running, self.current = self.current, None
