@@ -1,0 +1,112 @@
+"""Baselines end to end against the emulator, from the command line as a user runs it:
+record, rerun unchanged, slower decode, lower acceptance, faster, refusals and identity checks."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import pytest
+
+from sglperf import baseline
+
+from .conftest import NEW_SGLANG, OLD_SGLANG, QWEN36, QWEN36_CONFIG, ROOT
+
+pytest_plugins = ["pytester"]
+FAST = {"decode_step_s": 0.003, "prefill_s_per_token": 0.00001, "noise_cv": 0.02}
+# A small workload with the default sample budget (12 rounds), so a run takes seconds.
+WORKLOAD = '''
+[[workloads]]
+id = "decode-chat"
+prompts = "../data/prompts/chat.jsonl"
+max_prompts = 2
+output_len = 64
+concurrency = [1]
+warmup = 1
+repeats = 12
+'''
+
+
+@pytest.fixture
+def suite(pytester: pytest.Pytester, sglang_python, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.delenv("SGLPERF_SIMULATED_GPUS", raising=False)
+    monkeypatch.setenv("SGLPERF_GPU_LOCK_DIR", str(pytester.path / "gpu-locks"))
+    (pytester.path / "deployments").mkdir()
+    (pytester.path / "models" / "qwen3.6-27b").mkdir(parents=True)
+    (pytester.path / "data" / "prompts").mkdir(parents=True)
+    (pytester.path / "models" / "qwen3.6-27b" / "config.json").write_text(QWEN36_CONFIG.read_text())
+    (pytester.path / "data" / "prompts" / "chat.jsonl").write_text((ROOT / "data" / "prompts" / "chat.jsonl").read_text())
+    text = QWEN36.read_text()
+    (pytester.path / "deployments" / "qwen36.toml").write_text(text[: text.index("[[workloads]]")] + WORKLOAD)
+    pytester.makeini("[pytest]\ntestpaths = deployments\n")
+
+    runs = itertools.count()
+
+    def run(*args: str, sglang: str = NEW_SGLANG, variant: str = "mtp3-prefill-graph", **emulator: object) -> pytest.RunResult:
+        config = json.dumps({**FAST, **emulator})
+        return pytester.runpytest_subprocess(
+            "-m", "measure", "-k", variant, f"--sglang-python={sglang_python(sglang)}", "--emulator",
+            f"--emulator-config={config}", f"--baselines-dir={pytester.path / 'baselines'}",
+            f"--results-dir={pytester.path / 'results' / f'run{next(runs)}'}",
+            "-p", "no:cacheprovider", "-rA", *args, timeout=300)
+
+    run.path = pytester.path  # type: ignore[attr-defined]
+    return run
+
+
+def _baseline_file(root: Path, variant: str = "mtp3-prefill-graph") -> Path:
+    return root / "baselines" / "emulator" / "2xA6000" / "qwen36" / f"{variant}.json"
+
+
+def test_record_then_unchanged_slower_lower_acceptance_faster(suite) -> None:
+    missing = suite()
+    missing.assert_outcomes(failed=1)
+    missing.stdout.fnmatch_lines(["*no baseline for decode-chat@c1*record it with: pytest -k qwen36-mtp3-prefill-graph-decode-chat-c1 --update-baselines --emulator*"])
+
+    recorded = suite("--update-baselines")
+    recorded.assert_outcomes(passed=1)
+    recorded.stdout.fnmatch_lines(["*sglperf baseline changes*", "*decode-chat@c1: new baseline*"])
+    path = _baseline_file(suite.path)
+    stored = baseline.load(path)
+    assert stored.provenance.emulated and stored.provenance.sglang_version == NEW_SGLANG
+    assert len(stored.entries["decode-chat@c1"].samples["decode_tok_s"]) == 12
+    assert path.read_text() == baseline.dumps(stored)  # deterministic, sorted, rounded
+
+    suite().assert_outcomes(passed=1)  # unchanged
+
+    slower = suite(decode_slowdown=1 / 0.92)
+    slower.assert_outcomes(failed=1)
+    slower.stdout.fnmatch_lines(["*decode_tok_s regressed*threshold 3%*p=*"])
+    assert "accept_length regressed" not in slower.stdout.str()
+
+    fewer = suite(accept_prob=0.5)
+    fewer.assert_outcomes(failed=1)
+    fewer.stdout.fnmatch_lines(["*accept_length regressed*"])
+
+    faster = suite(decode_slowdown=0.92)
+    faster.assert_outcomes(passed=1)
+    faster.stdout.fnmatch_lines(["*improved: *decode_tok_s*refresh with --update-baselines*"])
+    assert baseline.load(path) == stored  # comparisons never write
+
+
+def test_refresh_is_refused_when_effective_args_are_wrong(suite) -> None:
+    # SGLang 0.5.13 disables the prefill graph for this variant: its numbers must not become the baseline.
+    result = suite("--update-baselines", sglang=OLD_SGLANG, variant="mtp3-defaults")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*refusing to record a baseline for qwen36/mtp3-defaults: its effective args are wrong*prefill_cuda_graph*"])
+    assert not _baseline_file(suite.path, "mtp3-defaults").exists()
+
+
+def test_baseline_from_other_gpus_is_never_compared_silently(suite, monkeypatch: pytest.MonkeyPatch) -> None:
+    suite("--update-baselines").assert_outcomes(passed=1)
+    monkeypatch.setenv("SGLPERF_SIMULATED_GPUS", "2xNVIDIA L40S:48")
+    failed = suite("--ignore-runner-mismatch")
+    failed.assert_outcomes(failed=1)
+    failed.stdout.fnmatch_lines(["*is not comparable with this run: recorded on NVIDIA RTX A6000, this run has NVIDIA L40S*"])
+    skipped = suite("--ignore-runner-mismatch", "--baseline-mismatch=skip")
+    skipped.assert_outcomes(skipped=1)
+
+
+def test_missing_baseline_can_skip(suite) -> None:
+    suite("--baseline-missing=skip").assert_outcomes(skipped=1)
