@@ -9,7 +9,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from sglperf import envs, preflight, upgrade
+from sglperf import baseline, envs, preflight, report, upgrade
 from sglperf.deployment import DeploymentError, discover
 from sglperf.report import verdict_json, verdict_table
 from sglperf.verdict import Status, Verdict
@@ -78,6 +78,47 @@ def cmd_upgrade_check(args: argparse.Namespace) -> int:
     return 1 if report.breaking else 0
 
 
+def cmd_baseline(args: argparse.Namespace) -> int:
+    if args.action == "show":
+        for path in map(Path, args.files):
+            b = baseline.load(path)
+            p = b.provenance
+            print(f"{path}: {b.deployment}/{b.variant} on {p.runner} ({p.gpu_count}x {', '.join(sorted(set(p.gpu_names)))})"
+                  f"{' [EMULATOR]' if p.emulated else ''}")
+            print(f"  SGLang {p.sglang_version}, torch {p.torch_version}, CUDA {p.cuda_version}, driver {p.driver_version}, "
+                  f"sglperf {p.harness_version} ({p.git_commit[:10]}), recorded {p.date}")
+            print(f"  launch: {p.launch_command}")
+            for key, entry in sorted(b.entries.items()):
+                medians = ", ".join(f"{m} {s.median:g} (n={s.n})" for m, s in sorted(entry.summary.items()))
+                print(f"  {key}: {medians}")
+        return 0
+    if len(args.files) != 2:
+        _say("sglperf baseline diff OLD NEW: two baseline files (e.g. `git show HEAD~1:PATH > old.json`)")
+        return 2
+    old, new = (baseline.load(Path(f)) for f in args.files)
+    for key in sorted(set(old.entries) | set(new.entries)):
+        if key not in new.entries:
+            print(f"{key}: removed")
+            continue
+        for line in baseline.describe_change(old, new, key):
+            print(line)
+        if key in old.entries:
+            for c in baseline.compare_entry(old.entries[key], new.entries[key].samples, {}):
+                print(f"  {c.message()}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    folder = Path(args.results_dir)
+    history = [p for p in sorted(folder.resolve().parent.iterdir())
+               if p.is_dir() and p != folder.resolve() and (p / "measurements").is_dir()]
+    path = report.write(folder, history)
+    print(path)
+    if args.summary:
+        print(path.read_text())
+    return 0
+
+
 def cmd_env(args: argparse.Namespace) -> int:
     if args.action == "build":
         for version in args.versions:
@@ -118,6 +159,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_upgrade_check)
 
+    p = sub.add_parser("baseline", help="read stored baselines")
+    p.add_argument("action", choices=["show", "diff"])
+    p.add_argument("files", nargs="+", help="baseline JSON files (diff: OLD NEW)")
+    p.set_defaults(func=cmd_baseline)
+
+    p = sub.add_parser("report", help="(re)build report.md and plots from a results folder")
+    p.add_argument("results_dir")
+    p.add_argument("--summary", action="store_true", help="also print the markdown (e.g. >> $GITHUB_STEP_SUMMARY)")
+    p.set_defaults(func=cmd_report)
+
     p = sub.add_parser("env", help="managed per-release SGLang environments for CPU-side resolution")
     p.add_argument("action", choices=["build", "path", "list"])
     p.add_argument("versions", nargs="*")
@@ -129,7 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (DeploymentError, preflight.PreflightError, envs.EnvBuildError, ValueError) as exc:
+    except (DeploymentError, preflight.PreflightError, envs.EnvBuildError, baseline.BaselineError, ValueError) as exc:
         _say(f"sglperf: {exc}")
         return 2
 

@@ -80,7 +80,7 @@ MARKERS = {
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    _CONFIG[:] = [config]
+    config.pluginmanager.register(RunSummary(config), "sglperf-run-summary")
     for name, meaning in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {meaning}")
     def progress(message: str) -> None:
@@ -321,49 +321,48 @@ def _append_verdict(config: pytest.Config, verdict: Verdict) -> None:
         fh.write(json.dumps(verdict.to_record(), sort_keys=True) + "\n")
 
 
-MEASUREMENTS_KEY = pytest.StashKey[list]()
+class RunSummary:
+    """Collects measurement summaries (from xdist workers too) and ends the run with the report."""
 
+    def __init__(self, config: pytest.Config):
+        self.config = config
+        self.rows: list[dict[str, Any]] = []
 
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """Collects measurement summaries (also from xdist workers) for the terminal summary."""
-    if report.when != "call":
-        return
-    for name, value in report.user_properties:
-        if name == "sglperf_measurement":
-            _CONFIG[0].stash.setdefault(MEASUREMENTS_KEY, []).append(json.loads(value))
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "call":
+            self.rows += [json.loads(v) for k, v in report.user_properties if k == "sglperf_measurement"]
 
-
-_CONFIG: list[pytest.Config] = []
-
-
-def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    rows = config.stash.get(MEASUREMENTS_KEY, [])
-    live = config.stash[LIVE_KEY]
-    if rows:
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         tr = terminalreporter
-        emulated = any(r["emulated"] for r in rows)
-        tr.section("sglperf measurements" + (" (EMULATOR: a test double, not GPU results)" if emulated else ""))
-        tr.write_line(f"{'item':44} {'decode tok/s':>12} {'TTFT s':>9} {'ITL ms':>8} {'accept':>7}  baseline")
-        for r in sorted(rows, key=lambda r: r["key"]):
-            m = r["medians"]
-            regressed = [k for k, v in r["outcomes"].items() if v in ("regression", "insufficient")]
-            improved = [k for k, v in r["outcomes"].items() if v == "improvement"]
-            verdict = (f"REGRESSION: {', '.join(regressed)}" if regressed else
-                       f"improved: {', '.join(improved)} (refresh with --update-baselines)" if improved else r["status"])
-            itl = m.get("itl_s")
-            tr.write_line(f"{r['key']:44} {m.get('decode_tok_s', float('nan')):12.1f} {m.get('ttft_s', float('nan')):9.3f} "
-                          f"{(itl * 1000 if itl else float('nan')):8.2f} {m.get('accept_length', float('nan')):7.2f}  {verdict}")
-        changes = [c for r in rows for c in r["changes"]]
-        if changes:
-            tr.section("sglperf baseline changes")
-            for line in changes:
-                tr.write_line(line)
-    if not hasattr(config, "workerinput") and live.options.results_dir.is_dir():
-        try:
-            path = report.write(live.options.results_dir, history=_history_dirs(live.options.results_dir))
-            terminalreporter.write_line(f"sglperf report: {path}")
-        except ValueError:
-            pass  # nothing was recorded
+        if self.rows:
+            emulated = any(r["emulated"] for r in self.rows)
+            tr.section("sglperf measurements" + (" (EMULATOR: a test double, not GPU results)" if emulated else ""))
+            tr.write_line(f"{'item':44} {'decode tok/s':>12} {'TTFT s':>9} {'ITL ms':>8} {'accept':>7}  baseline")
+            for r in sorted(self.rows, key=lambda r: r["key"]):
+                tr.write_line(_summary_line(r))
+            changes = [c for r in self.rows for c in r["changes"]]
+            if changes:
+                tr.section("sglperf baseline changes")
+                for line in changes:
+                    tr.write_line(line)
+        folder = self.config.stash[LIVE_KEY].options.results_dir
+        if not hasattr(self.config, "workerinput") and folder.is_dir():
+            try:
+                tr.write_line(f"sglperf report: {report.write(folder, history=_history_dirs(folder))}")
+            except ValueError:
+                pass  # nothing was recorded in this run
+
+
+def _summary_line(r: dict[str, Any]) -> str:
+    m = r["medians"]
+    regressed = [k for k, v in r["outcomes"].items() if v in ("regression", "insufficient")]
+    improved = [k for k, v in r["outcomes"].items() if v == "improvement"]
+    verdict = (f"REGRESSION: {', '.join(regressed)}" if regressed else
+               f"improved: {', '.join(improved)} (refresh with --update-baselines)" if improved else r["status"])
+    nan = float("nan")
+    itl_ms = m["itl_s"] * 1000 if m.get("itl_s") else nan
+    return (f"{r['key']:44} {m.get('decode_tok_s', nan):12.1f} {m.get('ttft_s', nan):9.3f} {itl_ms:8.2f} "
+            f"{m.get('accept_length', nan):7.2f}  {verdict}")
 
 
 def _history_dirs(folder: Path) -> list[Path]:
