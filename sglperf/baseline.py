@@ -167,6 +167,7 @@ def describe_change(old: Baseline | None, new: Baseline, key: str) -> list[str]:
     """One line per metric: what a refresh changed, for the run's summary and code review."""
     new_entry = new.entries[key]
     old_entry = old.entries.get(key) if old else None
+    key = f"{new.deployment}/{new.variant} {key}"
     if old_entry is None:
         return [f"{key}: new baseline ({', '.join(f'{m} median {s.median:g}' for m, s in sorted(new_entry.summary.items()))})"]
     lines = []

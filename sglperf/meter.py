@@ -30,7 +30,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import httpx
 import numpy as np
@@ -51,7 +51,7 @@ except ImportError:
     _CONNECT_ERRORS = (httpx.ConnectError, openai.APIConnectionError)
 
 T = TypeVar("T")
-Api = Literal["native", "openai-chat", "openai-completions"]
+PATHS = {"native": "/generate", "openai-chat": "/v1/chat/completions", "openai-completions": "/v1/completions"}
 METRICS = ("decode_tok_s", "ttft_s", "itl_s", "e2e_s", "accept_length")
 DEFAULT_TIMEOUT_S = 600.0  # a whole request; long outputs at low rates take minutes
 DEFAULT_CHUNK_TIMEOUT_S = 60.0  # silence between two chunks (covers a long prefill) before it is a stall
@@ -343,6 +343,12 @@ def _transport_problem(exc: BaseException, reads: Sequence[tuple[float, bytes]],
     return f"connection dropped after {events} ({type(exc).__name__}: {exc})"
 
 
+@dataclass(frozen=True)
+class RawResponse:
+    ctx: RequestContext
+    reads: tuple[tuple[float, bytes], ...]  # (seconds since sent, bytes of one network read)
+
+
 class _Session:
     """HTTP clients for one workload run, and the requests they send."""
 
@@ -367,9 +373,8 @@ class _Session:
             await self.oai.close()
 
     def context(self, prompt: Prompt, request_id: str, repeat: int) -> RequestContext:
-        path = {"native": "/generate", "openai-chat": "/v1/chat/completions",
-                "openai-completions": "/v1/completions"}[self.workload.api]
-        return RequestContext(self.base_url + path, request_id, prompt.id, repeat, self.workload.output_len)
+        url = self.base_url + PATHS[self.workload.api]
+        return RequestContext(url, request_id, prompt.id, repeat, self.workload.output_len)
 
     async def fetch(self, prompt: Prompt, request_id: str, repeat: int) -> RawResponse:
         """Send one request and stamp its stream; transport failures raise MeterError here."""
@@ -387,7 +392,7 @@ class _Session:
             raise ctx.error(f"no complete answer within {self.timeout_s:g} s ({_count_events(reads)})") from None
         except _HTTP_ERRORS as exc:
             raise ctx.error(_transport_problem(exc, reads, self.chunk_timeout_s)) from None
-        return RawResponse(ctx, reads)
+        return RawResponse(ctx, tuple(reads))
 
     def parse(self, raw: RawResponse) -> RequestSample:
         events = sse_events(raw.reads)
@@ -440,22 +445,19 @@ class _Session:
             except httpx.HTTPError as exc:
                 return None, f"{path}: {type(exc).__name__}: {exc}"
             if response.status_code == 200:
-                info = response.json()
+                try:
+                    info = response.json()
+                except ValueError:
+                    return None, f"{path} did not answer JSON"
                 break
         if not isinstance(info, dict):
-            return None, "neither /server_info nor /get_server_info answered"
+            return None, "neither /server_info nor /get_server_info answered with a JSON object"
         states = info.get("internal_states")
         values = [s["avg_spec_accept_length"] for s in states or () if isinstance(s, dict)
                   and isinstance(s.get("avg_spec_accept_length"), (int, float))]
         if not values:
             return None, "server_info has no internal_states[..].avg_spec_accept_length (speculative decoding off?)"
         return float(np.mean(values)), None
-
-
-@dataclass(frozen=True)
-class RawResponse:
-    ctx: RequestContext
-    reads: list[tuple[float, bytes]]  # (seconds since sent, bytes of one network read)
 
 
 async def _stamp_reads(chunks: AsyncIterator[bytes], t0: float, reads: list[tuple[float, bytes]]) -> None:

@@ -61,7 +61,7 @@ def history_figure(key: str, points: Sequence[tuple[str, dict[str, float]]], pat
     for ax, metric in zip(axes[0], metrics):
         xs = [i for i, (_, medians) in enumerate(points) if metric in medians]
         ax.plot(xs, [points[i][1][metric] for i in xs], marker="o", color="#2e86c1")
-        ax.set_xticks(range(len(labels)), [label[-7:] for label in labels], rotation=45, fontsize=7)
+        ax.set_xticks(range(len(labels)), labels, rotation=30, ha="right", fontsize=6)
         ax.set_title(f"{metric} (median)", fontsize=10)
         ax.set_ylabel(UNITS.get(metric, ""))
         ax.grid(alpha=0.3)

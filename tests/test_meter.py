@@ -6,8 +6,10 @@ Tolerances (the emulator runs with noise_cv=0, so every request's true rate is e
   at one stream (bench/meter_overhead.py); the slack is for CPU hiccups on a small shared CI box,
   where a few ms on one chunk move a 0.4 s window by 1-2 %. Counting one token per chunk would be
   off by 2.5x (MTP) or 4x (stream_interval=4), far outside.
-* TTFT: one-sided, truth - 1 ms <= measured, median excess <= 15 ms, each <= 60 ms: HTTP and client
-  set-up only add time, and at concurrency 8 the requests are set up one after another.
+* TTFT: one-sided, measured >= truth - 1 ms (HTTP and client set-up only add time). Excess at
+  concurrency 1: median <= 5 ms, each <= 20 ms. At 8, the client and the emulator set the 8 requests
+  up one after another (~2 ms each on a 2-CPU box), queueing that a client-side TTFT rightly
+  includes: median <= 30 ms, each <= 80 ms.
 * acceptance: per request exactly completion_tokens / spec_verify_ct (SGLang's definition, prefill
   token included); pooled without the prefill token, within 4 standard errors of
   expected_accept_length (the per-step token count is random; the seeded emulator makes the run
@@ -132,7 +134,9 @@ def test_sse_split_anywhere_gives_the_same_events(data: st.DataObject) -> None:
     payloads = data.draw(st.lists(st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\n"), max_size=30), max_size=8))
     raw, line_ends = b"", []  # byte offset of each data line's newline
     for i, payload in enumerate([*payloads, "[DONE]"]):
-        line = f"data: {payload}\r" if i % 2 else f"data:{payload}"  # both spellings occur
+        # Both spellings occur; the standard drops one space after the colon, so a payload that
+        # starts with a space needs it.
+        line = f"data: {payload}\r" if i % 2 or payload.startswith(" ") else f"data:{payload}"
         raw += line.encode()
         line_ends.append(len(raw))
         raw += b"\n\n" + (b": keep-alive comment\n\n" if i == 0 else b"")
@@ -351,7 +355,8 @@ def test_recovers_decode_rate_and_ttft(servers: dict[str, str], chunking: str, a
     else:
         assert sizes == {1 if chunking == "plain" else 4}
     assert statistics.median(errors) <= 0.02 and max(errors) <= 0.10, errors
-    assert statistics.median(excess) <= 0.015 and max(excess) <= 0.06, excess
+    median_bound, max_bound = (0.005, 0.020) if concurrency == 1 else (0.030, 0.080)
+    assert statistics.median(excess) <= median_bound and max(excess) <= max_bound, excess
     assert result.summary["decode_tok_s"].n == len(samples)
     json.dumps(result.to_record())
 

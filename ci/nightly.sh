@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Nightly run on a GPU runner: preflight, then live checks and measurements against the baselines,
+# then the report (markdown + plots) into the results folder and, in GitHub Actions, the job summary.
+#
+# Environment:
+#   SGLANG_PYTHON   interpreter of the serving environment on the runner (required unless SGLANG_VERSION)
+#   SGLANG_VERSION  use sglperf's managed environment instead (CPU-side resolution only: with --emulator)
+#   RESULTS_DIR     default results/nightly-<UTC time>
+# Arguments: extra pytest arguments, e.g. `-k qwen36`, or `--emulator` for a dry run without GPUs.
+# Exit status: non-zero if preflight or the live suite failed (the report is written either way).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+RESULTS_DIR=${RESULTS_DIR:-results/nightly-$(date -u +%Y%m%dT%H%M%SZ)}
+if [ -n "${SGLANG_PYTHON:-}" ]; then
+  bash ci/setup.sh || exit 1
+  cli_interp=(--python "$SGLANG_PYTHON"); pytest_interp=("--sglang-python=$SGLANG_PYTHON")
+elif [ -n "${SGLANG_VERSION:-}" ]; then
+  bash ci/setup.sh "$SGLANG_VERSION" || exit 1
+  cli_interp=(--sglang "$SGLANG_VERSION"); pytest_interp=("--sglang-version=$SGLANG_VERSION")
+else
+  echo "set SGLANG_PYTHON (the serving environment's python) or SGLANG_VERSION" >&2
+  exit 2
+fi
+mkdir -p "$RESULTS_DIR"
+
+echo "== preflight"
+.venv/bin/sglperf preflight "${cli_interp[@]}" | tee "$RESULTS_DIR/preflight.txt"
+preflight_status=${PIPESTATUS[0]}
+
+echo "== live checks and measurements"
+.venv/bin/pytest -m "live or measure" "${pytest_interp[@]}" "--results-dir=$RESULTS_DIR" \
+  "--junit-xml=$RESULTS_DIR/junit.xml" -p no:cacheprovider "$@"
+live_status=$?
+
+echo "== report"
+.venv/bin/sglperf report "$RESULTS_DIR" >/dev/null
+if [ -n "${GITHUB_STEP_SUMMARY:-}" ]; then
+  cat "$RESULTS_DIR/report.md" >> "$GITHUB_STEP_SUMMARY"
+fi
+echo "report: $RESULTS_DIR/report.md"
+[ "$preflight_status" -eq 0 ] && [ "$live_status" -eq 0 ]
