@@ -208,7 +208,8 @@ def _events_json(events: Sequence[Event], ctx: RequestContext) -> tuple[list[tup
         try:
             obj = json.loads(ev.data)
         except json.JSONDecodeError as exc:
-            raise ctx.error(f"malformed JSON in stream event {i} at {ev.t:.3f} s: {exc.msg}: {ev.data[:120]!r}") from None
+            what = f"malformed JSON in stream event {i} at {ev.t:.3f} s: {exc.msg}: {ev.data[:120]!r}"
+            raise ctx.error(what) from None
         if not isinstance(obj, dict):
             raise ctx.error(f"stream event {i} is not a JSON object: {ev.data[:120]!r}")
         if obj.get("error") is not None:
@@ -237,7 +238,8 @@ def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _spec_fields(stats: Mapping[str, Any], completion: int) -> tuple[int | None, float | None, float | None, str | None]:
+def _spec_fields(stats: Mapping[str, Any],
+                 completion: int) -> tuple[int | None, float | None, float | None, str | None]:
     """(verify steps, accept length, accept rate, reason if absent) from a meta_info-like mapping."""
     verify = _int(stats.get("spec_verify_ct"))
     if not verify:

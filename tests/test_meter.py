@@ -26,13 +26,13 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from sglperf.deployment import Workload
@@ -131,7 +131,8 @@ def test_undefined_rates_and_a_falling_counter() -> None:
 
 @given(st.data())
 def test_sse_split_anywhere_gives_the_same_events(data: st.DataObject) -> None:
-    payloads = data.draw(st.lists(st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\n"), max_size=30), max_size=8))
+    text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\n"), max_size=30)
+    payloads = data.draw(st.lists(text, max_size=8))
     raw, line_ends = b"", []  # byte offset of each data line's newline
     for i, payload in enumerate([*payloads, "[DONE]"]):
         # Both spellings occur; the standard drops one space after the colon, so a payload that
@@ -260,7 +261,8 @@ class Emulators:
     """Emulator subprocesses; every one is killed at teardown."""
 
     def __init__(self, tmp: Path) -> None:
-        self.tmp, self.procs = tmp, []
+        self.tmp = tmp
+        self.procs: list[subprocess.Popen[bytes]] = []
 
     def start(self, spec: bool = False, **config: Any) -> str:
         port = _free_port()
@@ -268,10 +270,10 @@ class Emulators:
         env[CONFIG_ENV] = json.dumps({"startup_s": 0.05, "noise_cv": 0.0, "decode_step_s": STEP_S,
                                       "prefill_s_per_token": PREFILL_S_PER_TOKEN, "accept_prob": ACCEPT_PROB,
                                       **config})
-        err = (self.tmp / f"emu{len(self.procs)}.err").open("wb")
-        proc = subprocess.Popen([sys.executable, "-m", "sglperf.emulator", "--port", str(port),
-                                 *(SPEC_ARGV if spec else ())], cwd=REPO, env=env,
-                                stdout=subprocess.DEVNULL, stderr=err)
+        with (self.tmp / f"emu{len(self.procs)}.err").open("wb") as err:
+            proc = subprocess.Popen([sys.executable, "-m", "sglperf.emulator", "--port", str(port),
+                                     *(SPEC_ARGV if spec else ())], cwd=REPO, env=env,
+                                    stdout=subprocess.DEVNULL, stderr=err)
         self.procs.append(proc)
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 20

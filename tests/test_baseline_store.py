@@ -1,0 +1,88 @@
+"""The baseline store: deterministic files, atomic writes, safe concurrent records, clear errors."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+from pathlib import Path
+
+import pytest
+
+from sglperf import baseline
+
+
+def _prov(**kw: object) -> baseline.Provenance:
+    base = dict(sglang_version="0.5.23", runner="2xA6000", date="2026-11-29T00:00:00+00:00",
+                effective_args_digest="abc", launch_command="python -m sglang.launch_server", gpu_count=2,
+                gpu_names=("NVIDIA RTX A6000", "NVIDIA RTX A6000"))
+    return baseline.Provenance(**{**base, **kw})
+
+
+def _entry(workload: str = "decode-chat", scale: float = 1.0) -> baseline.Entry:
+    return baseline.make_entry(workload, 1, "digest", 256, {"decode_tok_s": [70.123456789 * scale + i * 0.1 for i in range(12)]})
+
+
+def test_files_are_deterministic_and_rounded(tmp_path: Path) -> None:
+    path = tmp_path / "b.json"
+    _, new = baseline.record(path, "qwen36", "mtp1", _prov(), _entry())
+    text = path.read_text()
+    assert text == baseline.dumps(new) and text == baseline.dumps(baseline.load(path))
+    data = json.loads(text)
+    assert list(data) == sorted(data)
+    assert data["entries"]["decode-chat@c1"]["samples"]["decode_tok_s"][0] == 70.1235  # 6 significant digits
+
+
+def test_a_failed_write_leaves_the_old_file_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "b.json"
+    baseline.record(path, "qwen36", "mtp1", _prov(), _entry())
+    before = path.read_text()
+
+    def crash(*_a: object) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(OSError, match="disk full"):
+        baseline.record(path, "qwen36", "mtp1", _prov(), _entry(scale=2))
+    assert path.read_text() == before
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def _record_one(args: tuple[str, str]) -> None:
+    path, workload = args
+    baseline.record(Path(path), "qwen36", "mtp1", _prov(), _entry(workload))
+
+
+def test_concurrent_records_from_several_processes_all_land(tmp_path: Path) -> None:
+    path = tmp_path / "b.json"
+    workloads = [f"w{i}" for i in range(8)]
+    with multiprocessing.get_context("spawn").Pool(4) as pool:
+        pool.map(_record_one, [(str(path), w) for w in workloads])
+    assert sorted(baseline.load(path).entries) == sorted(f"{w}@c1" for w in workloads)
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    ("{not json", "not valid JSON"),
+    ('{"schema_version": 99}', "schema_version 99 is not one this sglperf reads"),
+    ('{"schema_version": 1, "deployment": "x"}', "invalid baseline file"),
+])
+def test_unreadable_files_get_clear_errors(tmp_path: Path, content: str, message: str) -> None:
+    path = tmp_path / "b.json"
+    path.write_text(content)
+    with pytest.raises(baseline.BaselineError, match=message) as excinfo:
+        baseline.load(path)
+    assert str(path) in str(excinfo.value)
+
+
+def test_identity_and_context() -> None:
+    stored = baseline.Baseline(schema_version=1, deployment="qwen36", variant="mtp1", provenance=_prov(),
+                               entries={"decode-chat@c1": _entry()})
+    assert baseline.identity_problems(stored, _prov()) == []
+    problems = baseline.identity_problems(stored, _prov(gpu_count=4, emulated=True, runner="4xA6000"))
+    assert len(problems) == 3
+    notes = baseline.context_notes(stored, stored.entries["decode-chat@c1"], _prov(sglang_version="0.5.24",
+                                   effective_args_digest="def"), "other")
+    assert notes == ["SGLang 0.5.23 -> 0.5.24", "effective server args changed since the baseline",
+                     "prompt set changed since the baseline"]
+    lines = baseline.describe_change(stored, stored, "decode-chat@c1")
+    assert any("decode_tok_s: median" in line and "(+0.0%)" in line for line in lines)
