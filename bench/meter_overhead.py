@@ -1,11 +1,12 @@
 """How exactly does ``sglperf.meter`` recover decode speed, at rates far above a real server's?
 
-Against the emulator (a subprocess per timing cell, noise_cv=0, seeded), every request's truth is
-exact: the emulator draws each request's plan from ``default_rng([seed, request_index])``, so this
-script redraws the plans of every index the cell used (warm-up included) and pairs each measured
-request with the plan whose tokens-per-chunk sequence it streamed (with speculative decoding the
-sequence is random, so it identifies the plan; without, all plans are equal). Truth = tokens after
-the first chunk / (time of the last chunk - time of the first chunk) in the plan.
+Against the emulator (one subprocess per decoding mode and rate, noise_cv=0, seeded), each
+request's truth is exact: the emulator draws each request's plan from
+``default_rng([seed, request_index])``, so this script redraws the plans of every index a cell used
+(warm-up included) and pairs each measured request with the plan whose tokens-per-chunk sequence it
+streamed (with speculative decoding the sequence is random, so it identifies the plan; without, all
+plans are equal). Truth = tokens after the first chunk / (last chunk time - first chunk time) in the
+plan.
 
 Relative error = measured / truth - 1, per request; the table shows its median and largest absolute
 value per cell. It includes the emulator's own lateness (a Python thread per stream, woken by
