@@ -40,10 +40,23 @@ def sglang_python():
     return get
 
 
+def make_project(root: Path, deployment_text: str | None = None) -> Path:
+    """A folder laid out like the repository: deployments/qwen36.toml, models/, data/prompts/."""
+    (root / "deployments").mkdir(exist_ok=True)
+    (root / "models" / "qwen3.6-27b").mkdir(parents=True, exist_ok=True)
+    shutil.copy(QWEN36_CONFIG, root / "models" / "qwen3.6-27b" / "config.json")
+    shutil.copytree(ROOT / "data" / "prompts", root / "data" / "prompts", dirs_exist_ok=True)
+    if deployment_text is not None:
+        (root / "deployments" / "qwen36.toml").write_text(deployment_text)
+    return root
+
+
+def with_workloads(text: str) -> str:
+    """A deployment text with its [[workloads]] replaced (fast ones for emulator tests)."""
+    start = QWEN36.read_text().index("# Workloads for the measurement tier.")
+    return QWEN36.read_text()[:start] + text
+
+
 @pytest.fixture
 def deployment_dir(tmp_path: Path) -> Path:
-    """A folder laid out like the repository: deployments/ and models/ with the qwen3.6 config."""
-    (tmp_path / "deployments").mkdir()
-    (tmp_path / "models" / "qwen3.6-27b").mkdir(parents=True)
-    shutil.copy(QWEN36_CONFIG, tmp_path / "models" / "qwen3.6-27b" / "config.json")
-    return tmp_path
+    return make_project(tmp_path)

@@ -11,7 +11,7 @@ import pytest
 
 from sglperf import baseline
 
-from .conftest import NEW_SGLANG, OLD_SGLANG, QWEN36, QWEN36_CONFIG, ROOT
+from .conftest import NEW_SGLANG, OLD_SGLANG, make_project, with_workloads
 
 pytest_plugins = ["pytester"]
 FAST = {"decode_step_s": 0.003, "prefill_s_per_token": 0.00001, "noise_cv": 0.02}
@@ -32,13 +32,7 @@ repeats = 12
 def suite(pytester: pytest.Pytester, sglang_python, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.delenv("SGLPERF_SIMULATED_GPUS", raising=False)
     monkeypatch.setenv("SGLPERF_GPU_LOCK_DIR", str(pytester.path / "gpu-locks"))
-    (pytester.path / "deployments").mkdir()
-    (pytester.path / "models" / "qwen3.6-27b").mkdir(parents=True)
-    (pytester.path / "data" / "prompts").mkdir(parents=True)
-    (pytester.path / "models" / "qwen3.6-27b" / "config.json").write_text(QWEN36_CONFIG.read_text())
-    (pytester.path / "data" / "prompts" / "chat.jsonl").write_text((ROOT / "data" / "prompts" / "chat.jsonl").read_text())
-    text = QWEN36.read_text()
-    (pytester.path / "deployments" / "qwen36.toml").write_text(text[: text.index("[[workloads]]")] + WORKLOAD)
+    make_project(pytester.path, with_workloads(WORKLOAD))
     pytester.makeini("[pytest]\ntestpaths = deployments\n")
 
     runs = itertools.count()

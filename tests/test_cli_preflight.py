@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import NEW_SGLANG, OLD_SGLANG, QWEN36, ROOT
+from .conftest import NEW_SGLANG, OLD_SGLANG, QWEN36, ROOT, make_project
 
 SGLPERF = str(Path(sys.executable).with_name("sglperf"))
 pytest_plugins = ["pytester"]
@@ -53,11 +53,7 @@ def test_cli_interpreter_without_sglang() -> None:
 
 
 def test_pytest_items_ids_and_failure_message(pytester: pytest.Pytester, sglang_python) -> None:
-    (pytester.path / "deployments").mkdir()
-    (pytester.path / "models" / "qwen3.6-27b").mkdir(parents=True)
-    (pytester.path / "deployments" / "qwen36.toml").write_text(QWEN36.read_text())
-    (pytester.path / "models" / "qwen3.6-27b" / "config.json").write_text(
-        (ROOT / "models" / "qwen3.6-27b" / "config.json").read_text())
+    make_project(pytester.path, QWEN36.read_text())
     pytester.makeini("[pytest]\ntestpaths = deployments\n")
     # "=" form: pytest would take a bare path argument for a test path when finding its rootdir.
     result = pytester.runpytest("-m", "preflight", "-k", "qwen36", f"--sglang-python={sglang_python(OLD_SGLANG)}", "-rA")
@@ -72,10 +68,7 @@ def test_pytest_items_ids_and_failure_message(pytester: pytest.Pytester, sglang_
 
 
 def test_pytest_bad_deployment_is_a_collection_error_naming_the_field(pytester: pytest.Pytester) -> None:
-    (pytester.path / "deployments").mkdir()
-    (pytester.path / "models" / "qwen3.6-27b").mkdir(parents=True)
-    (pytester.path / "models" / "qwen3.6-27b" / "config.json").write_text(
-        (ROOT / "models" / "qwen3.6-27b" / "config.json").read_text())
+    make_project(pytester.path)
     (pytester.path / "deployments" / "broken.toml").write_text(QWEN36.read_text().replace("tp_size = 2", "tp_size = 3"))
     pytester.makeini("[pytest]\ntestpaths = deployments\n")
     result = pytester.runpytest("-m", "preflight")

@@ -46,6 +46,10 @@ BAD_FILES = {
     "variant id with spaces": ({'id = "mtp1"': 'id = "mtp 1"'}, "variants[0].id: 'mtp 1' is not allowed"),
     "intent value not a bool": ({"decode_cuda_graph = true": "decode_cuda_graph = 'yes'"},
                                 "expect.decode_cuda_graph: Input should be a valid boolean"),
+    "unknown metric threshold": ({"thresholds = { ttft_s = 0.05 }": "thresholds = { tok_s = 0.05 }"},
+                                 "workloads[2].thresholds: unknown metric 'tok_s'; allowed: accept_length"),
+    "missing prompt set": ({'prompts = "../data/prompts/code.jsonl"': 'prompts = "../data/prompts/nope.jsonl"'},
+                           "workloads[1].prompts:"),
     "missing config.json": ({'config = "../models/qwen3.6-27b/config.json"': 'config = "../models/nope/config.json"'},
                             "model.config:"),
 }

@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from .conftest import NEW_SGLANG, QWEN36, QWEN36_CONFIG
+from .conftest import NEW_SGLANG, QWEN36, make_project
 
 pytest_plugins = ["pytester"]
 ITEMS_PER_RUN = 14 + 4  # (variant, intent) pairs + one live-vs-preflight item per variant
@@ -25,9 +25,7 @@ def project(pytester: pytest.Pytester, sglang_python, monkeypatch: pytest.Monkey
     """A project folder with the qwen36 deployment; returns a runner of `pytest -m live`."""
     monkeypatch.delenv("SGLPERF_SIMULATED_GPUS", raising=False)
     monkeypatch.setenv("SGLPERF_GPU_LOCK_DIR", str(pytester.path / "gpu-locks"))
-    (pytester.path / "deployments").mkdir()
-    (pytester.path / "models" / "qwen3.6-27b").mkdir(parents=True)
-    (pytester.path / "models" / "qwen3.6-27b" / "config.json").write_text(QWEN36_CONFIG.read_text())
+    make_project(pytester.path)
     pytester.makeini("[pytest]\ntestpaths = deployments\n")
     python = sglang_python(NEW_SGLANG)
 

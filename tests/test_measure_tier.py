@@ -12,7 +12,7 @@ import pytest
 from sglperf.emulator import EmulatorConfig, expected_accept_length, expected_decode_tok_s, prompt_tokens_of_text
 from sglperf.workload import load_prompts
 
-from .conftest import NEW_SGLANG, QWEN36, QWEN36_CONFIG, ROOT
+from .conftest import NEW_SGLANG, make_project, with_workloads
 
 pytest_plugins = ["pytester"]
 CONFIG = {"decode_step_s": 0.004, "prefill_s_per_token": 0.0002, "noise_cv": 0.02, "accept_prob": 0.7}
@@ -36,13 +36,7 @@ DECODE_TOL, ACCEPT_TOL, TTFT_TOL = 0.03, 0.04, 0.15
 def test_decode_items_match_the_emulator_truth(pytester: pytest.Pytester, sglang_python, monkeypatch) -> None:
     monkeypatch.delenv("SGLPERF_SIMULATED_GPUS", raising=False)
     monkeypatch.setenv("SGLPERF_GPU_LOCK_DIR", str(pytester.path / "locks"))
-    for sub, src in (("models/qwen3.6-27b/config.json", QWEN36_CONFIG),
-                     ("data/prompts/chat.jsonl", ROOT / "data" / "prompts" / "chat.jsonl")):
-        (pytester.path / sub).parent.mkdir(parents=True, exist_ok=True)
-        (pytester.path / sub).write_text(src.read_text())
-    (pytester.path / "deployments").mkdir()
-    text = QWEN36.read_text()
-    (pytester.path / "deployments" / "qwen36.toml").write_text(text[: text.index("[[workloads]]")] + WORKLOAD)
+    make_project(pytester.path, with_workloads(WORKLOAD))
     pytester.makeini("[pytest]\ntestpaths = deployments\n")
     results = pytester.path / "results"
     run = pytester.runpytest_subprocess(
