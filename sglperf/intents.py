@@ -106,6 +106,22 @@ class _Boolean:
         return "on" if value else "off"
 
 
+def _read_graph(effective: Mapping[str, Any], backend_field: str, backend_off: str,
+                flag_fields: tuple[tuple[str, bool], ...]) -> Reading:
+    """A CUDA graph phase: the nested backend (0.5.14+), else the first boolean field present
+    (``True`` in the pair: the field says "disabled")."""
+    try:
+        backend = _dig(effective, backend_field)
+        return Reading(backend != backend_off, f"{backend_field} = {backend!r}")
+    except KeyError:
+        pass
+    for name, negated in flag_fields:
+        if name in effective:
+            value = bool(effective[name])
+            return Reading(not value if negated else value, f"{name} = {effective[name]}")
+    raise KeyError(f"none of {backend_field}, {', '.join(n for n, _ in flag_fields)} in the effective args")
+
+
 @dataclass(frozen=True)
 class _Spelling:
     """One way a release spells a request: a flag, maybe with a value, valid if the parser agrees."""
@@ -160,16 +176,8 @@ class PrefillCudaGraph(_Boolean):
         return chosen.argv()
 
     def read(self, effective: Mapping[str, Any]) -> Reading:
-        try:
-            backend = _dig(effective, self.BACKEND_FIELD)
-            return Reading(backend != self.BACKEND_OFF, f"{self.BACKEND_FIELD} = {backend!r}")
-        except KeyError:
-            pass
-        if self.DISABLE_FIELD in effective:
-            return Reading(not effective[self.DISABLE_FIELD], f"{self.DISABLE_FIELD} = {effective[self.DISABLE_FIELD]}")
-        if self.ENABLE_FIELD in effective:
-            return Reading(bool(effective[self.ENABLE_FIELD]), f"{self.ENABLE_FIELD} = {effective[self.ENABLE_FIELD]}")
-        raise KeyError(f"none of {self.BACKEND_FIELD}, {self.DISABLE_FIELD}, {self.ENABLE_FIELD} in the effective args")
+        return _read_graph(effective, self.BACKEND_FIELD, self.BACKEND_OFF,
+                           ((self.DISABLE_FIELD, True), (self.ENABLE_FIELD, False)))
 
 
 class DecodeCudaGraph(_Boolean):
@@ -195,14 +203,7 @@ class DecodeCudaGraph(_Boolean):
         return chosen.argv()
 
     def read(self, effective: Mapping[str, Any]) -> Reading:
-        try:
-            backend = _dig(effective, self.BACKEND_FIELD)
-            return Reading(backend != self.BACKEND_OFF, f"{self.BACKEND_FIELD} = {backend!r}")
-        except KeyError:
-            pass
-        if self.DISABLE_FIELD in effective:
-            return Reading(not effective[self.DISABLE_FIELD], f"{self.DISABLE_FIELD} = {effective[self.DISABLE_FIELD]}")
-        raise KeyError(f"neither {self.BACKEND_FIELD} nor {self.DISABLE_FIELD} in the effective args")
+        return _read_graph(effective, self.BACKEND_FIELD, self.BACKEND_OFF, ((self.DISABLE_FIELD, True),))
 
 
 class SingleBatchOverlap(_Boolean):

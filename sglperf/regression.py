@@ -119,37 +119,28 @@ class Outcome:
 def compare(outcome: Outcome, path: Path, prov: baseline.Provenance, entry: baseline.Entry,
             thresholds: Mapping[str, float], *, missing: str, mismatch: str, record_command: str) -> None:
     """Fill ``outcome`` with the comparison against the stored baseline (or why there is none)."""
+    def not_compared(status: str, message: str, policy: str) -> None:
+        outcome.baseline_status = status
+        if policy == "skip":
+            outcome.skip_reason = message
+        else:
+            outcome.problems.append(message)
+
     try:
         stored = baseline.load(path)
     except baseline.BaselineError as exc:
-        if "no baseline" not in str(exc):
-            outcome.baseline_status = "unreadable"
-            outcome.problems.append(str(exc))
-            return
-        outcome.baseline_status = "missing"
-        message = f"no baseline for {entry.key} at {path}; record it with: {record_command}"
-        if missing == "skip":
-            outcome.skip_reason = message
+        if "no baseline" in str(exc):
+            not_compared("missing", f"no baseline for {entry.key} at {path}; record it with: {record_command}", missing)
         else:
-            outcome.problems.append(message)
+            not_compared("unreadable", str(exc), "fail")
         return
     stored_entry = stored.entries.get(entry.key)
     if stored_entry is None:
-        outcome.baseline_status = "missing"
-        message = f"{path} has no entry {entry.key}; record it with: {record_command}"
-        if missing == "skip":
-            outcome.skip_reason = message
-        else:
-            outcome.problems.append(message)
+        not_compared("missing", f"{path} has no entry {entry.key}; record it with: {record_command}", missing)
         return
     identity = baseline.identity_problems(stored, prov)
     if identity:
-        outcome.baseline_status = "mismatch"
-        message = f"baseline {path} is not comparable with this run: {'; '.join(identity)}"
-        if mismatch == "skip":
-            outcome.skip_reason = message
-        else:
-            outcome.problems.append(message)
+        not_compared("mismatch", f"baseline {path} is not comparable with this run: {'; '.join(identity)}", mismatch)
         return
     outcome.notes += baseline.context_notes(stored, stored_entry, prov, entry.prompt_digest)
     skip = WEIGHT_DEPENDENT if prov.dummy_weights or stored.provenance.dummy_weights else ()
