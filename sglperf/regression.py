@@ -23,6 +23,7 @@ from sglperf.flags import LOAD_FORMAT_FLAG
 
 # Metrics meaningless with random weights: what is accepted depends on the model's predictions.
 WEIGHT_DEPENDENT = ("accept_length",)
+DUMMY_NOTE = "--load-format dummy (random weights): acceptance is meaningless and not compared"
 
 
 def round_samples(result: meter.WorkloadResult) -> dict[str, list[float]]:
@@ -144,8 +145,8 @@ def compare(outcome: Outcome, path: Path, prov: baseline.Provenance, entry: base
         return
     outcome.notes += baseline.context_notes(stored, stored_entry, prov, entry.prompt_digest)
     skip = WEIGHT_DEPENDENT if prov.dummy_weights or stored.provenance.dummy_weights else ()
-    if skip:
-        outcome.notes.append("dummy weights: acceptance is meaningless and not compared")
+    if stored.provenance.dummy_weights and not prov.dummy_weights:
+        outcome.notes.append("the baseline was recorded with dummy weights: acceptance not compared")
     outcome.comparisons = baseline.compare_entry(stored_entry, entry.samples, thresholds, skip)
     outcome.problems += [c.message() for c in outcome.regressions]
 

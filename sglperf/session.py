@@ -244,6 +244,8 @@ class LiveSession:
         entry = baseline.make_entry(workload.id, concurrency, prompts.digest, workload.output_len, samples)
         path = self.baseline_path(deployment, variant, running.facts.emulated)
         outcome = regression.Outcome(key)
+        if prov.dummy_weights:
+            outcome.notes.append(regression.DUMMY_NOTE)
         if self.options.update_baselines:
             self._record(outcome, path, deployment, variant, prov, entry)
         else:

@@ -86,3 +86,20 @@ def test_identity_and_context() -> None:
                      "prompt set changed since the baseline"]
     lines = baseline.describe_change(stored, stored, "decode-chat@c1")
     assert any("decode_tok_s: median" in line and "(+0.0%)" in line for line in lines)
+
+
+def test_dummy_weights_skip_acceptance_and_say_so(tmp_path: Path) -> None:
+    from sglperf import regression
+
+    assert regression.uses_dummy_weights(["--model-path", "/m", "--load-format", "dummy"])
+    assert regression.uses_dummy_weights(["--load-format=dummy"])
+    assert not regression.uses_dummy_weights(["--load-format", "safetensors"])
+    path = tmp_path / "b.json"
+    samples = {"decode_tok_s": [70.0 + i * 0.1 for i in range(12)], "accept_length": [2.5 + i * 0.01 for i in range(12)]}
+    baseline.record(path, "qwen36", "mtp1", _prov(dummy_weights=True), baseline.make_entry("w", 1, "d", 256, samples))
+    worse = {"decode_tok_s": samples["decode_tok_s"], "accept_length": [a * 0.5 for a in samples["accept_length"]]}
+    outcome = regression.Outcome("k")
+    regression.compare(outcome, path, _prov(), baseline.make_entry("w", 1, "d", 256, worse), {},
+                       missing="fail", mismatch="fail", record_command="x")
+    assert [c.metric for c in outcome.comparisons] == ["decode_tok_s"]  # acceptance not compared
+    assert outcome.problems == [] and "dummy weights" in outcome.notes[0]
