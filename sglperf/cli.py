@@ -11,6 +11,7 @@ from pathlib import Path
 
 from sglperf import baseline, envs, preflight, report, upgrade
 from sglperf.deployment import DeploymentError, discover
+from sglperf.intents import ParserInfo
 from sglperf.report import verdict_json, verdict_table
 from sglperf.verdict import Status, Verdict
 
@@ -28,28 +29,9 @@ def _add_interpreter_options(parser: argparse.ArgumentParser) -> None:
                        help="use sglperf's managed environment for this SGLang release (built on first use)")
 
 
-def run_preflight(paths: Sequence[str], python: str, variants: Sequence[str] | None = None) -> list[Verdict]:
-    verdicts: list[Verdict] = []
-    for deployment in discover(list(paths)):
-        resolver = preflight.Resolver(python, deployment.runner)
-        try:
-            for check in preflight.check(deployment, resolver, variants):
-                verdicts += check.verdicts
-        finally:
-            resolver.close()
-    return verdicts
-
-
-def cmd_preflight(args: argparse.Namespace) -> int:
-    started = time.perf_counter()
-    python = envs.choose_python(args.python, args.sglang, _say)
-    verdicts = run_preflight(args.deployments or [DEFAULT_DEPLOYMENTS], python, args.variant)
-    print(verdict_json(verdicts) if args.json else verdict_table(verdicts))
-    _say(f"preflight took {time.perf_counter() - started:.1f} s")
-    return 1 if any(v.status in (Status.FAIL, Status.ERROR) for v in verdicts) else 0
-
-
-def _check_all(paths: Sequence[str], python: str) -> tuple[str, object, list[preflight.VariantCheck]]:
+def _check_all(paths: Sequence[str], python: str,
+               variants: Sequence[str] | None = None) -> tuple[str, ParserInfo | None, list[preflight.VariantCheck]]:
+    """Every deployment's variants resolved by the SGLang under ``python``: (version, parser, checks)."""
     checks: list[preflight.VariantCheck] = []
     version, parser = "", None
     for deployment in discover(list(paths)):
@@ -57,10 +39,20 @@ def _check_all(paths: Sequence[str], python: str) -> tuple[str, object, list[pre
         try:
             release = resolver.release()
             version, parser = release.version, release.parser
-            checks += preflight.check(deployment, resolver)
+            checks += preflight.check(deployment, resolver, variants)
         finally:
             resolver.close()
     return version, parser, checks
+
+
+def cmd_preflight(args: argparse.Namespace) -> int:
+    started = time.perf_counter()
+    python = envs.choose_python(args.python, args.sglang, _say)
+    _, _, checks = _check_all(args.deployments or [DEFAULT_DEPLOYMENTS], python, args.variant)
+    verdicts = [v for check in checks for v in check.verdicts]
+    print(verdict_json(verdicts) if args.json else verdict_table(verdicts))
+    _say(f"preflight took {time.perf_counter() - started:.1f} s")
+    return 1 if any(v.status in (Status.FAIL, Status.ERROR) for v in verdicts) else 0
 
 
 def cmd_upgrade_check(args: argparse.Namespace) -> int:
@@ -72,7 +64,8 @@ def cmd_upgrade_check(args: argparse.Namespace) -> int:
     old_version, old_parser, old_checks = _check_all(paths, old_python)
     _say(f"resolving with SGLang {args.to} ({new_python})")
     new_version, new_parser, new_checks = _check_all(paths, new_python)
-    report = upgrade.compare(old_version, new_version, old_parser, new_parser, old_checks, new_checks)  # type: ignore[arg-type]
+    assert old_parser is not None and new_parser is not None  # discover() raises on no deployments
+    report = upgrade.compare(old_version, new_version, old_parser, new_parser, old_checks, new_checks)
     print(json.dumps(report.to_record(), indent=2, sort_keys=True) if args.json else upgrade.render(report))
     _say(f"upgrade-check took {time.perf_counter() - started:.1f} s")
     return 1 if report.breaking else 0

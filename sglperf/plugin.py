@@ -2,7 +2,8 @@
 
 A thin layer: collection turns deployments into items; running an item asks the run's session
 (`sglperf.session`) for a verdict and reports it. Ids: `<deployment>-<variant>-<intent>` (preflight),
-`<deployment>-<variant>-<intent>-live`, `<deployment>-<variant>-live-vs-preflight`.
+`<deployment>-<variant>-<intent>-live`, `<deployment>-<variant>-live-vs-preflight`,
+`<deployment>-<variant>-<workload>-c<concurrency>` (measurements).
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ from typing import Any
 import pytest
 
 from sglperf import envs, preflight, report, server
-from sglperf.deployment import Deployment, DeploymentError, load
-from sglperf.session import LiveOptions, LiveSession, LiveSkip, PreflightSession
+from sglperf.deployment import Deployment, DeploymentError, Variant, load
 from sglperf.meter import MeterError
+from sglperf.session import LiveOptions, LiveSession, LiveSkip, PreflightSession
 from sglperf.verdict import Status, Verdict
 
 PREFLIGHT_KEY = pytest.StashKey[PreflightSession]()
@@ -39,7 +40,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     add("--emulator", action="store_true",
         help="run the live tier against the SGLang emulator (a test double; its numbers are not GPU results)")
     add("--emulator-config", metavar="JSON|@FILE", help="timing model and faults for the emulator")
-    add("--model-path", metavar="PATH", help=f"checkpoint path on this runner (or ${'SGLPERF_MODEL_PATH'})")
+    add("--model-path", metavar="PATH", help="checkpoint path on this runner (or $SGLPERF_MODEL_PATH)")
     add("--api-key", metavar="KEY", help="API key the servers require (or $SGLPERF_API_KEY)")
     add("--results-dir", metavar="DIR", help="where server logs and results go (default: results/<UTC time>)")
     add("--ignore-runner-mismatch", action="store_true",
@@ -83,6 +84,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(RunSummary(config), "sglperf-run-summary")
     for name, meaning in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {meaning}")
+
     def progress(message: str) -> None:
         # Looked up per call: the terminal reporter does not exist yet while plugins configure.
         reporter = config.pluginmanager.get_plugin("terminalreporter")
@@ -235,7 +237,7 @@ class _LiveTierItem(SglperfItem):
         if reason:
             raise pytest.skip.Exception(reason, _use_item_location=True)
 
-    def variant(self):  # noqa: ANN201 - pydantic model
+    def variant(self) -> Variant:
         return self.deployment.variant(self.variant_id)
 
 

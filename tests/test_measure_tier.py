@@ -29,8 +29,10 @@ repeats = 6
 STEPS = {"mtp1": 1, "mtp3-defaults": 3, "mtp3-prefill-graph": 3, "mtp3-full": 3}
 # Tolerances: decode rate 3% (step noise averages out over ~100 steps x 12 requests; the client adds
 # well under 1%, see bench/meter_overhead.py); acceptance 4% plus the documented 1/verify-steps bias
-# (the prefill token is counted); TTFT 15% (milliseconds, where scheduling jitter is a visible share).
-DECODE_TOL, ACCEPT_TOL, TTFT_TOL = 0.03, 0.04, 0.15
+# (the prefill token is counted). TTFT is absolute: network and client set-up only ever add time, a
+# few ms per request on this machine, and at concurrency 8 requests are set up one after another.
+DECODE_TOL, ACCEPT_TOL = 0.03, 0.04
+TTFT_EXTRA_S = {1: 0.005, 8: 0.030}
 
 
 def test_decode_items_match_the_emulator_truth(pytester: pytest.Pytester, sglang_python, monkeypatch) -> None:
@@ -61,7 +63,7 @@ def test_decode_items_match_the_emulator_truth(pytester: pytest.Pytester, sglang
             accept = expected_accept_length(config.accept_prob, steps) * (1 + 1 / verify_steps)
             assert abs(m["accept_length"]["median"] / accept - 1) < ACCEPT_TOL, (variant, m["accept_length"], accept)
             ttft = float(np.mean([config.prefill_s_per_token * t for t in prompt_tokens])) + config.decode_step_s
-            assert abs(m["ttft_s"]["median"] / ttft - 1) < TTFT_TOL, (variant, m["ttft_s"], ttft)
+            assert ttft - 0.001 <= m["ttft_s"]["median"] <= ttft + TTFT_EXTRA_S[concurrency], (variant, m["ttft_s"], ttft)
             itl = 1 / decode
             assert abs(m["itl_s"]["median"] / itl - 1) < DECODE_TOL
             assert record["emulated"] and record["result"]["prompt_digest"]
