@@ -125,6 +125,7 @@ class Workload(_Strict):
     repeats: int = Field(default=12, ge=1, description="rounds over the prompt set; each round is one sample")
     api: Literal["native", "openai-chat", "openai-completions"] = "native"
     reuse_prefix_cache: bool = False
+    stall_timeout_s: float = Field(default=60.0, gt=0, description="silence between two chunks that counts as a stall")
     thresholds: dict[str, float] = Field(default_factory=dict, description="relative regression floors per metric")
 
     @field_validator("concurrency")

@@ -235,7 +235,7 @@ class LiveSession:
         self.progress(f"{key}: measuring ({workload.repeats} rounds of {len(prompts.prompts)} prompts, "
                       f"{workload.output_len} tokens each)")
         result = meter.measure(running.server.base_url, workload, prompts, api_key=running.server.spec.api_key,
-                               concurrency=concurrency)
+                               concurrency=concurrency, chunk_timeout_s=workload.stall_timeout_s)
         samples = regression.round_samples(result)
         prov = regression.provenance(
             runner=deployment.runner.name, facts=running.facts, sglang_python=self.preflight.resolver(deployment).python,

@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from .conftest import NEW_SGLANG, QWEN36, make_project
+from .conftest import NEW_SGLANG, QWEN36, make_project, with_workloads
 
 pytest_plugins = ["pytester"]
 ITEMS_PER_RUN = 14 + 4  # (variant, intent) pairs + one live-vs-preflight item per variant
@@ -34,7 +34,7 @@ def project(pytester: pytest.Pytester, sglang_python, monkeypatch: pytest.Monkey
 
     def run(*args: str) -> pytest.RunResult:
         # A subprocess, as a user runs it (in-process runs would also re-import httpcore between runs).
-        argv = ("-m", "live", f"--sglang-python={python}", f"--results-dir={pytester.path / 'results'}", "-rA", *args)
+        argv = (*(() if "-m" in args else ("-m", "live")), f"--sglang-python={python}", f"--results-dir={pytester.path / 'results'}", "-rA", *args)
         result = pytester.runpytest_subprocess(*argv, timeout=300)
         assert not _emulators_under(pytester.path), "a server outlived the run"
         return result
@@ -177,3 +177,31 @@ def test_interrupted_run_leaves_no_server(project, sglang_python, how: str) -> N
         proc.kill()
         proc.wait()
     assert not _emulators_under(project.path)
+
+
+MEASURE_WORKLOAD = '''
+[[workloads]]
+id = "decode-chat"
+prompts = "../data/prompts/chat.jsonl"
+max_prompts = 2
+output_len = 64
+concurrency = [1]
+warmup = 0
+repeats = 6
+stall_timeout_s = 2
+'''
+
+
+@pytest.mark.parametrize(("fault", "message"), [
+    ({"crash_after_tokens": 20}, "*/generate: request decode-chat/r0/chat-01*connection dropped after*"),
+    ({"stall_after_tokens": 20}, "*/generate: request decode-chat/r0/chat-01*stall: no data for 2 s*"),
+    ({"malformed_json_after_tokens": 20}, "*/generate: request decode-chat/r0/chat-01*malformed JSON in stream event*"),
+    ({"http_5xx_paths": ["/generate"]}, "*/generate: request decode-chat/r0/chat-01*HTTP 500*"),
+], ids=["crash", "stall", "malformed", "5xx"])
+def test_measurement_faults_fail_clearly_and_leave_no_server(project, fault: dict, message: str) -> None:
+    project.write(with_workloads(MEASURE_WORKLOAD))
+    config = json.dumps({"decode_step_s": 0.002, **fault})
+    result = project("-m", "measure", "--emulator", f"--emulator-config={config}", "--baseline-missing=skip",
+                     "-k", "mtp1")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([message])
