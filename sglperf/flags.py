@@ -22,6 +22,8 @@ RENAMED_FLAGS = {
 MODEL_PATH_FLAG = "--model-path"
 TP_FLAG = "--tp-size"
 LOAD_FORMAT_FLAG = "--load-format"  # "dummy": random weights, for runners without the checkpoint
+HOST_FLAG, PORT_FLAG, API_KEY_FLAG = "--host", "--port", "--api-key"
+SKIP_TOKENIZER_FLAG = "--skip-tokenizer-init"  # preflight has config.json only, no tokenizer files
 
 
 class FlagError(ValueError):

@@ -25,13 +25,12 @@ from filelock import FileLock
 
 from sglperf import envs
 from sglperf.deployment import Deployment, RunnerProfile, Variant
-from sglperf.flags import FlagError, LaunchPlan, plan
+from sglperf.flags import SKIP_TOKENIZER_FLAG, FlagError, LaunchPlan, plan
 from sglperf.intents import INTENTS, Option, ParserInfo
 from sglperf.verdict import Verdict, judge, judge_error
 
 PROBE = Path(__file__).with_name("_probe.py")
-# Preflight has only config.json, no tokenizer files.
-PREFLIGHT_FLAGS = ("--skip-tokenizer-init",)
+PREFLIGHT_FLAGS = (SKIP_TOKENIZER_FLAG,)
 # Log lines caused by the simulation itself, not by the deployment: no NVML library in the
 # resolution environment, and a model folder holding only config.json.
 SIMULATION_ARTEFACTS = ("Failed to import pynvml", "generation_config.json")

@@ -25,6 +25,8 @@ from pathlib import Path
 import httpx
 import psutil
 
+from sglperf.flags import API_KEY_FLAG, HOST_FLAG, PORT_FLAG
+
 HOST = "127.0.0.1"
 HEALTH_PATHS = ("/health_generate", "/health")  # /health_generate generates a token: the real check
 PROGRESS_EVERY_S = 30.0
@@ -97,9 +99,9 @@ class Server:
         self.spec = spec
         self.port = free_port()
         self.base_url = f"http://{HOST}:{self.port}"
-        argv = [*spec.argv, "--host", HOST, "--port", str(self.port)]
+        argv = [*spec.argv, HOST_FLAG, HOST, PORT_FLAG, str(self.port)]
         if spec.api_key:
-            argv += ["--api-key", spec.api_key]
+            argv += [API_KEY_FLAG, spec.api_key]
         self.command = (spec.python, "-m", spec.module, *argv)
         env = {**os.environ, **spec.env}
         if cuda_visible_devices is not None:
