@@ -8,7 +8,9 @@ PYTHON=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
-.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+# This machine's pip configuration names local package folders that may be absent; pip warns about
+# each on every call, which buries real errors.
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]' 2> >(grep -v "^WARNING: Location" >&2)
 for version in "$@"; do
   .venv/bin/sglperf env build "$version" >/dev/null
 done
