@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -29,6 +28,7 @@ from sglperf.emulator import (
     expected_decode_tok_s,
     plan_request,
 )
+from sglperf.server import free_port
 
 pytestmark = pytest.mark.selftest
 
@@ -67,11 +67,6 @@ class Emulator:
         raise AssertionError("emulator did not become healthy")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 @pytest.fixture
 def spawn(tmp_path: Path) -> Iterator[Callable[..., Emulator]]:
@@ -81,7 +76,7 @@ def spawn(tmp_path: Path) -> Iterator[Callable[..., Emulator]]:
     def _spawn(*argv: str, config: dict[str, Any] | None = None, effective: dict[str, Any] | None = None,
                wait: bool = True) -> Emulator:
         n = len(procs)
-        port = _free_port()
+        port = free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("SGLPERF_EMULATOR")}
         env[CONFIG_ENV] = json.dumps({"startup_s": 0.1, **(config or {})})
         if effective is not None:
@@ -163,7 +158,7 @@ def test_plan_is_reproducible_and_matches_expectation() -> None:
 
 def test_unknown_config_key_exits_2_naming_it() -> None:
     env = {**os.environ, CONFIG_ENV: json.dumps({"decode_step": 0.01})}
-    done = subprocess.run([sys.executable, "-m", "sglperf.emulator", "--port", str(_free_port())],
+    done = subprocess.run([sys.executable, "-m", "sglperf.emulator", "--port", str(free_port())],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=30)
     assert done.returncode == 2
     assert "'decode_step'" in done.stderr and "decode_step_s" in done.stderr

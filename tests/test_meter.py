@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -53,6 +52,7 @@ from sglperf.meter import (
     sse_events,
     ttft_s,
 )
+from sglperf.server import free_port
 from sglperf.workload import Message, Prompt, PromptError, PromptSet, load_prompts
 
 pytestmark = pytest.mark.selftest
@@ -251,11 +251,6 @@ def test_malformed_prompt_files_name_file_and_line(tmp_path: Path, text: str, me
 # --- against the emulator ---
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 class Emulators:
     """Emulator subprocesses; every one is killed at teardown."""
@@ -265,7 +260,7 @@ class Emulators:
         self.procs: list[subprocess.Popen[bytes]] = []
 
     def start(self, spec: bool = False, **config: Any) -> str:
-        port = _free_port()
+        port = free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("SGLPERF_EMULATOR")}
         env[CONFIG_ENV] = json.dumps({"startup_s": 0.05, "noise_cv": 0.0, "decode_step_s": STEP_S,
                                       "prefill_s_per_token": PREFILL_S_PER_TOKEN, "accept_prob": ACCEPT_PROB,
