@@ -103,3 +103,19 @@ def test_dummy_weights_skip_acceptance_and_say_so(tmp_path: Path) -> None:
                        missing="fail", mismatch="fail", record_command="x")
     assert [c.metric for c in outcome.comparisons] == ["decode_tok_s"]  # acceptance not compared
     assert outcome.problems == [] and "dummy weights" in outcome.notes[0]
+
+
+def test_cli_show_and_diff(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from sglperf.cli import main
+
+    old, new = tmp_path / "old.json", tmp_path / "new.json"
+    baseline.record(old, "qwen36", "mtp1", _prov(), _entry())
+    baseline.record(new, "qwen36", "mtp1", _prov(sglang_version="0.5.24"), _entry(scale=0.9))
+    assert main(["baseline", "show", str(old)]) == 0
+    out = capsys.readouterr().out
+    assert "qwen36/mtp1 on 2xA6000 (2x NVIDIA RTX A6000)" in out and "decode-chat@c1: decode_tok_s" in out
+    assert main(["baseline", "diff", str(old), str(new)]) == 0
+    out = capsys.readouterr().out
+    assert "qwen36/mtp1 decode-chat@c1 decode_tok_s: median" in out and "(-9.9%)" in out  # the samples are i*0.1 + 0.9x
+    assert "SGLang 0.5.23 -> 0.5.24" in out and "decode_tok_s regressed" in out
+    assert main(["baseline", "show", str(tmp_path / "missing.json")]) == 2
