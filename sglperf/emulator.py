@@ -51,7 +51,8 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from sglperf.intents import DECODE_CUDA_GRAPH, INTENTS, PREFILL_CUDA_GRAPH, Speculative
+from sglperf.flags import API_KEY_FLAG, HOST_FLAG, LOAD_FORMAT_FLAG, MODEL_PATH_FLAG, PORT_FLAG, TP_FLAG
+from sglperf.intents import DECODE_CUDA_GRAPH, INTENTS, PREFILL_CUDA_GRAPH, DecodeCudaGraph, Speculative
 
 CONFIG_ENV = "SGLPERF_EMULATOR_CONFIG"
 EFFECTIVE_ENV = "SGLPERF_EMULATOR_EFFECTIVE"
@@ -189,20 +190,19 @@ class LaunchArgs:
 
 
 def parse_launch_args(argv: list[str] | None = None) -> LaunchArgs:
+    # The spellings are the suite's (flags.py, intents.py): the emulator answers the argv sglperf emits.
     parser = argparse.ArgumentParser(prog="python -m sglperf.emulator", add_help=False)
-    parser.add_argument("--model-path", "--model")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=30000)
-    parser.add_argument("--api-key")
-    parser.add_argument("--tp-size", "--tp", dest="tp_size", type=int, default=1)
-    parser.add_argument("--speculative-algorithm")
-    parser.add_argument("--speculative-num-steps", type=int)
-    parser.add_argument("--speculative-num-draft-tokens", type=int)
-    parser.add_argument("--speculative-eagle-topk", type=int)
-    parser.add_argument("--load-format")
-    parser.add_argument("--served-model-name")
-    parser.add_argument("--enable-metrics", action="store_true")
-    parser.add_argument("--disable-cuda-graph", action="store_true")
+    parser.add_argument(MODEL_PATH_FLAG, "--model", dest="model_path")
+    parser.add_argument(HOST_FLAG, dest="host", default="127.0.0.1")
+    parser.add_argument(PORT_FLAG, dest="port", type=int, default=30000)
+    parser.add_argument(API_KEY_FLAG, dest="api_key")
+    parser.add_argument(TP_FLAG, "--tp", dest="tp_size", type=int, default=1)
+    for key, flag in Speculative.FLAGS.items():
+        parser.add_argument(flag, dest=Speculative.FIELDS[key], type=str if key == "algorithm" else int)
+    parser.add_argument(LOAD_FORMAT_FLAG, dest="load_format")
+    parser.add_argument("--served-model-name", dest="served_model_name")
+    parser.add_argument("--enable-metrics", dest="enable_metrics", action="store_true")
+    parser.add_argument(DecodeCudaGraph.DISABLE_FLAG, dest=DecodeCudaGraph.DISABLE_FIELD, action="store_true")
     known, _unknown = parser.parse_known_args(argv)  # real validation is SGLang's, in preflight
     return LaunchArgs(**vars(known))
 
@@ -219,20 +219,18 @@ def argv_effective(launch: LaunchArgs) -> dict[str, Any]:
         steps = DEFAULT_SPEC_STEPS if steps is None else steps
         topk = 1 if topk is None else topk
         drafts = steps + 1 if drafts is None else drafts
+    spec = {"algorithm": algorithm, "num_steps": steps, "num_draft_tokens": drafts, "eagle_topk": topk}
     return {
         "model_path": launch.model_path,
         "tokenizer_path": launch.model_path,
         "host": launch.host,
         "port": launch.port,
         "tp_size": launch.tp_size,
-        "speculative_algorithm": algorithm,
-        "speculative_num_steps": steps,
-        "speculative_num_draft_tokens": drafts,
-        "speculative_eagle_topk": topk,
+        **{Speculative.FIELDS[key]: value for key, value in spec.items()},
         "load_format": launch.load_format or "auto",
         "served_model_name": launch.served_model_name or launch.model_path,
         "enable_metrics": launch.enable_metrics,
-        "disable_cuda_graph": launch.disable_cuda_graph,
+        DecodeCudaGraph.DISABLE_FIELD: launch.disable_cuda_graph,
     }
 
 
@@ -251,10 +249,10 @@ def load_effective(path: str | None, launch: LaunchArgs) -> tuple[dict[str, Any]
 
 def speculative_steps(effective: Mapping[str, Any]) -> int | None:
     """S for speculative decoding, or None when it is off."""
-    algorithm = effective.get("speculative_algorithm")
+    algorithm = effective.get(Speculative.FIELDS["algorithm"])
     if algorithm in (None, "", "NONE", "None"):
         return None
-    steps = effective.get("speculative_num_steps")
+    steps = effective.get(Speculative.FIELDS["num_steps"])
     return DEFAULT_SPEC_STEPS if steps is None else int(steps)
 
 
