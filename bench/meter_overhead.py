@@ -1,4 +1,4 @@
-"""How exactly does ``sglperf.meter`` recover decode speed, at rates far above a real server's?
+"""How exactly does ``sglperf.measure.meter`` recover decode speed, at rates far above a real server's?
 
 Against the emulator (one subprocess per decoding mode and rate, noise_cv=0, seeded), each
 request's truth is exact: the emulator draws each request's plan from
@@ -37,8 +37,10 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from sglperf.deployment import Workload
-from sglperf.emulator import (
+from sglperf.measure.meter import RequestSample, measure
+from sglperf.measure.prompts import Message, Prompt, PromptSet
+from sglperf.model.deployment import Workload
+from sglperf.testing.emulator import (
     CONFIG_ENV,
     EmulatorConfig,
     chunk_plan,
@@ -46,8 +48,6 @@ from sglperf.emulator import (
     plan_request,
     prompt_tokens_of_text,
 )
-from sglperf.meter import RequestSample, measure
-from sglperf.workload import Message, Prompt, PromptSet
 
 REPO = Path(__file__).resolve().parents[1]
 SPEC_STEPS = 3
@@ -56,7 +56,7 @@ ACCEPT_PROB = 0.7
 # emulator internals (_Handler._after_tokens runs right after a chunk is sent; EmulatorState.end_run).
 WRAPPER = """
 import json, os, sys, time
-from sglperf import emulator as E
+from sglperf.testing import emulator as E
 log = open(sys.argv.pop(1), "a", buffering=1)
 sent = {}
 after_tokens, end_run = E._Handler._after_tokens, E.EmulatorState.end_run
@@ -70,8 +70,16 @@ def _end_run(self, run, completed):
 E._Handler._after_tokens, E.EmulatorState.end_run = _after_tokens, _end_run
 os._exit(E.main())
 """
-SPEC_ARGV = ("--speculative-algorithm", "NEXTN", "--speculative-num-steps", str(SPEC_STEPS),
-             "--speculative-num-draft-tokens", str(SPEC_STEPS + 1), "--speculative-eagle-topk", "1")
+SPEC_ARGV = (
+    "--speculative-algorithm",
+    "NEXTN",
+    "--speculative-num-steps",
+    str(SPEC_STEPS),
+    "--speculative-num-draft-tokens",
+    str(SPEC_STEPS + 1),
+    "--speculative-eagle-topk",
+    "1",
+)
 
 
 @dataclass(frozen=True)
@@ -96,8 +104,9 @@ class CellResult:
 
 def emulator_config(spec: bool, rate: float) -> EmulatorConfig:
     per_step = expected_accept_length(ACCEPT_PROB, SPEC_STEPS) if spec else 1.0
-    return EmulatorConfig(startup_s=0.1, noise_cv=0.0, accept_prob=ACCEPT_PROB, decode_step_s=per_step / rate,
-                          prefill_s_per_token=0.00001)
+    return EmulatorConfig(
+        startup_s=0.1, noise_cv=0.0, accept_prob=ACCEPT_PROB, decode_step_s=per_step / rate, prefill_s_per_token=0.00001
+    )
 
 
 def _free_port() -> int:
@@ -120,8 +129,12 @@ class Emulator:
 def emulator(config: EmulatorConfig, spec: bool, send_log: Path) -> Iterator[Emulator]:
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("SGLPERF_EMULATOR")}
-    env[CONFIG_ENV] = json.dumps({k: getattr(config, k) for k in
-                                  ("startup_s", "noise_cv", "accept_prob", "decode_step_s", "prefill_s_per_token")})
+    env[CONFIG_ENV] = json.dumps(
+        {
+            k: getattr(config, k)
+            for k in ("startup_s", "noise_cv", "accept_prob", "decode_step_s", "prefill_s_per_token")
+        }
+    )
     argv = [sys.executable, "-c", WRAPPER, str(send_log), "--port", str(port), *(SPEC_ARGV if spec else ())]
     proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"
@@ -143,8 +156,9 @@ def emulator(config: EmulatorConfig, spec: bool, send_log: Path) -> Iterator[Emu
 
 
 def prompt_set(n: int) -> PromptSet:
-    prompts = tuple(Prompt(f"p{i:02d}", (Message("user", f"Prompt {i}: describe a lighthouse at dusk."),))
-                    for i in range(n))
+    prompts = tuple(
+        Prompt(f"p{i:02d}", (Message("user", f"Prompt {i}: describe a lighthouse at dusk."),)) for i in range(n)
+    )
     return PromptSet("bench", Path("<generated>"), prompts, "generated")
 
 
@@ -153,8 +167,9 @@ def plan_truths(config: EmulatorConfig, spec: bool, indices: range, output_len: 
     truths: dict[tuple[int, ...], float] = {}
     tokens = prompt_tokens_of_text("x")  # prefill shifts every chunk equally; the rate does not depend on it
     for index in indices:
-        plan = plan_request(config, SPEC_STEPS if spec else None, tokens, output_len,
-                            np.random.default_rng([config.seed, index]))
+        plan = plan_request(
+            config, SPEC_STEPS if spec else None, tokens, output_len, np.random.default_rng([config.seed, index])
+        )
         chunks = chunk_plan(plan, config.stream_interval)
         sizes = (chunks[0].end, *(b.end - a.end for a, b in zip(chunks, chunks[1:])))
         truths[sizes] = (chunks[-1].end - chunks[0].end) / (chunks[-1].at_s - chunks[0].at_s)
@@ -175,11 +190,19 @@ def realised_rate(sample: RequestSample, sends: dict[str, list[float]]) -> float
     return (sample.completion_tokens - sample.chunks[0].tokens) / (times[-1] - times[0])
 
 
-def run_cell(emu: Emulator, config: EmulatorConfig, cell: Cell, first_index: int, requests: int,
-             output_len: int) -> tuple[CellResult, int]:
+def run_cell(
+    emu: Emulator, config: EmulatorConfig, cell: Cell, first_index: int, requests: int, output_len: int
+) -> tuple[CellResult, int]:
     warmup = cell.concurrency
-    workload = Workload(id="overhead", prompts=Path("<generated>"), output_len=output_len, warmup=warmup,
-                        repeats=1, api=cell.api, reuse_prefix_cache=True)  # type: ignore[arg-type]
+    workload = Workload(
+        id="overhead",
+        prompts=Path("<generated>"),
+        output_len=output_len,
+        warmup=warmup,
+        repeats=1,
+        api=cell.api,
+        reuse_prefix_cache=True,
+    )  # type: ignore[arg-type]
     result = measure(emu.url, workload, prompt_set(requests), concurrency=cell.concurrency)
     used = range(first_index, first_index + warmup + requests)
     truths = plan_truths(config, cell.spec, used, output_len)
@@ -223,16 +246,22 @@ def main(argv: list[str] | None = None) -> int:
                         print(f"  {cell}: median |error| {res.median_abs:.3%}", file=sys.stderr)
 
     command = " ".join(["python", "bench/meter_overhead.py", *(argv if argv is not None else sys.argv[1:])])
-    print(f"`{command}` ({os.cpu_count()} CPUs, output_len {args.output_len}, {args.requests} requests per cell, "
-          f"emulator noise_cv=0, spec: {SPEC_STEPS} steps, accept_prob {ACCEPT_PROB})\n")
-    print("| decoding | tok/chunk | decode tok/s | api | concurrency | n | vs plan: median abs error | max "
-          "| meter only: median | max |")
+    print(
+        f"`{command}` ({os.cpu_count()} CPUs, output_len {args.output_len}, {args.requests} requests per cell, "
+        f"emulator noise_cv=0, spec: {SPEC_STEPS} steps, accept_prob {ACCEPT_PROB})\n"
+    )
+    print(
+        "| decoding | tok/chunk | decode tok/s | api | concurrency | n | vs plan: median abs error | max "
+        "| meter only: median | max |"
+    )
     print("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|")
     for r in results:
         c = r.cell
-        print(f"| {'MTP' if c.spec else 'plain'} | {r.tokens_per_chunk:.2f} | {c.rate:g} | {c.api} | {c.concurrency} "
-              f"| {len(r.errors)} | {_pct(r.errors, np.median)} | {_pct(r.errors, np.max)} "
-              f"| {_pct(r.meter_errors, np.median)} | {_pct(r.meter_errors, np.max)} |")
+        print(
+            f"| {'MTP' if c.spec else 'plain'} | {r.tokens_per_chunk:.2f} | {c.rate:g} | {c.api} | {c.concurrency} "
+            f"| {len(r.errors)} | {_pct(r.errors, np.median)} | {_pct(r.errors, np.max)} "
+            f"| {_pct(r.meter_errors, np.median)} | {_pct(r.meter_errors, np.max)} |"
+        )
     missed = [r for r in results if r.cell.rate == args.target_rate and r.median_abs >= args.target]
     for r in missed:
         print(f"\nTARGET MISSED at {r.cell}: median |error| {r.median_abs:.3%} >= {args.target:.1%}", file=sys.stderr)

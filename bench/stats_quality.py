@@ -1,4 +1,4 @@
-"""Monte Carlo quality of ``sglperf.stats.compare``: false alarms and detection rates.
+"""Monte Carlo quality of ``sglperf.baselines.stats.compare_samples``: false alarms and detection rates.
 
 Noise model: every sample is ``true_value * exp(N(-s**2/2, s))`` with
 ``s = sqrt(log(1 + CV**2))``, i.e. log-normal multiplicative noise with the given
@@ -23,7 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sglperf.stats import DEFAULT_ALPHA, DEFAULT_SAMPLES, DEFAULT_THRESHOLDS, METRICS, Direction, Outcome, compare
+from sglperf.baselines.stats import DEFAULT_ALPHA, DEFAULT_SAMPLES, compare_samples
+from sglperf.model.metrics import METRICS, Direction, MetricOutcome
 
 CVS = (0.01, 0.02, 0.05)
 DROPS = (0.03, 0.05, 0.10)
@@ -54,16 +55,19 @@ def worse(values: np.ndarray, by: float, direction: Direction) -> np.ndarray:
 
 def regression_rate(scenario: Scenario, settings: Settings, rng: np.random.Generator) -> float:
     """Fraction of trials that ``compare`` calls a regression."""
-    direction = METRICS[settings.metric]
+    direction = METRICS[settings.metric].direction
     sigma = math.sqrt(math.log1p(scenario.cv**2))
     shape = (settings.trials, settings.samples)
-    baseline = np.exp(rng.normal(-sigma**2 / 2, sigma, shape))
-    current = worse(np.exp(rng.normal(-sigma**2 / 2, sigma, shape)), scenario.drop, direction)
+    baseline = np.exp(rng.normal(-(sigma**2) / 2, sigma, shape))
+    current = worse(np.exp(rng.normal(-(sigma**2) / 2, sigma, shape)), scenario.drop, direction)
     if scenario.outlier:
         stall = OUTLIER if direction is Direction.HIGHER_IS_BETTER else 1.0 / OUTLIER
         current[:, 0] *= stall
-    hits = sum(compare(settings.metric, b, c, threshold=settings.threshold, alpha=settings.alpha).outcome
-               is Outcome.REGRESSION for b, c in zip(baseline, current))
+    hits = sum(
+        compare_samples(settings.metric, b, c, threshold=settings.threshold, alpha=settings.alpha).outcome
+        is MetricOutcome.REGRESSION
+        for b, c in zip(baseline, current)
+    )
     return hits / settings.trials
 
 
@@ -77,13 +81,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--alpha", type=float, default=None, help=f"override the default ({DEFAULT_ALPHA})")
     args = parser.parse_args(argv)
     settings = Settings(args.metric, args.samples, args.trials, args.threshold, args.alpha)
-    threshold = DEFAULT_THRESHOLDS[args.metric] if args.threshold is None else args.threshold
+    threshold = METRICS[args.metric].default_threshold if args.threshold is None else args.threshold
     alpha = DEFAULT_ALPHA if args.alpha is None else args.alpha
 
-    command = (f"python bench/stats_quality.py --trials {args.trials} --samples {args.samples} "
-               f"--seed {args.seed} --metric {args.metric}"
-               + (f" --threshold {args.threshold:g}" if args.threshold is not None else "")
-               + (f" --alpha {args.alpha:g}" if args.alpha is not None else ""))
+    command = (
+        f"python bench/stats_quality.py --trials {args.trials} --samples {args.samples} "
+        f"--seed {args.seed} --metric {args.metric}"
+        + (f" --threshold {args.threshold:g}" if args.threshold is not None else "")
+        + (f" --alpha {args.alpha:g}" if args.alpha is not None else "")
+    )
     started = time.perf_counter()
     # One independent stream per cell, so a cell's numbers do not depend on which cells ran before it.
     streams = iter(np.random.SeedSequence(args.seed).spawn(len(CVS) * (2 + len(DROPS))))
@@ -93,31 +99,37 @@ def main(argv: list[str] | None = None) -> int:
         rows[cv] = [regression_rate(s, settings, np.random.default_rng(next(streams))) for s in scenarios]
     elapsed = time.perf_counter() - started
 
-    word = "drop" if METRICS[args.metric] is Direction.HIGHER_IS_BETTER else "rise"
+    word = "drop" if METRICS[args.metric].direction is Direction.HIGHER_IS_BETTER else "rise"
     print(f"Command: `{command}`")
     print()
-    print(f"{args.metric} ({METRICS[args.metric].value} is better), threshold {threshold:g}, alpha {alpha:g}, "
-          f"{args.samples} samples per run (baseline and current), log-normal noise, "
-          f"{args.trials} trials per cell; cells show how often `compare` reports a REGRESSION.")
+    print(
+        f"{args.metric} ({METRICS[args.metric].direction.value} is better), threshold {threshold:g}, alpha {alpha:g}, "
+        f"{args.samples} samples per run (baseline and current), log-normal noise, "
+        f"{args.trials} trials per cell; cells show how often `compare` reports a REGRESSION."
+    )
     print()
-    stall = OUTLIER if METRICS[args.metric] is Direction.HIGHER_IS_BETTER else 1.0 / OUTLIER
-    print(f"| noise CV | false alarms, no change | false alarms, 1 outlier x{stall:.3g} | "
-          + " | ".join(f"detects {d:.0%} {word}" for d in DROPS) + " |")
+    stall = OUTLIER if METRICS[args.metric].direction is Direction.HIGHER_IS_BETTER else 1.0 / OUTLIER
+    print(
+        f"| noise CV | false alarms, no change | false alarms, 1 outlier x{stall:.3g} | "
+        + " | ".join(f"detects {d:.0%} {word}" for d in DROPS)
+        + " |"
+    )
     print("|" + "---:|" * (3 + len(DROPS)))
     for cv, rates in rows.items():
         # False alarms are the rare event, so they get the extra digit.
         print(f"| {cv:.0%} | " + " | ".join([f"{r:.2%}" for r in rates[:2]] + [f"{r:.1%}" for r in rates[2:]]) + " |")
     print()
-    print(f"95% Monte Carlo half-width <= {1.96 * math.sqrt(0.25 / args.trials):.1%} per cell; "
-          f"ran in {elapsed:.1f} s.")
+    print(f"95% Monte Carlo half-width <= {1.96 * math.sqrt(0.25 / args.trials):.1%} per cell; ran in {elapsed:.1f} s.")
     # The targets are stated for a throughput-like metric; a 5% latency rise sits on TTFT's own 5% floor.
-    if METRICS[args.metric] is not Direction.HIGHER_IS_BETTER:
+    if METRICS[args.metric].direction is not Direction.HIGHER_IS_BETTER:
         return 0
     false_alarms, detection = rows[TARGET_CV][0], rows[TARGET_CV][2 + DROPS.index(TARGET_DROP)]
     met = false_alarms <= TARGET_FALSE_ALARMS and detection >= TARGET_DETECTION
-    print(f"Targets at {TARGET_CV:.0%} CV: false alarms <= {TARGET_FALSE_ALARMS:.0%} (got {false_alarms:.2%}), "
-          f"{TARGET_DROP:.0%} {word} detected >= {TARGET_DETECTION:.0%} (got {detection:.2%}): "
-          f"{'met' if met else 'MISSED'}.")
+    print(
+        f"Targets at {TARGET_CV:.0%} CV: false alarms <= {TARGET_FALSE_ALARMS:.0%} (got {false_alarms:.2%}), "
+        f"{TARGET_DROP:.0%} {word} detected >= {TARGET_DETECTION:.0%} (got {detection:.2%}): "
+        f"{'met' if met else 'MISSED'}."
+    )
     return 0 if met else 1
 
 

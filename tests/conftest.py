@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sglperf import envs
+from sglperf.sglang import envs
 
 ROOT = Path(__file__).resolve().parent.parent
 QWEN36 = ROOT / "deployments" / "qwen36.toml"

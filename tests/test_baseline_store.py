@@ -9,25 +9,34 @@ from pathlib import Path
 
 import pytest
 
-from sglperf import baseline
+from sglperf.baselines import store
+from sglperf.model.measurement import Provenance
 
 
-def _prov(**kw: object) -> baseline.Provenance:
-    base = dict(sglang_version="0.5.23", runner="2xA6000", date="2026-11-29T00:00:00+00:00",
-                effective_args_digest="abc", launch_command="python -m sglang.launch_server", gpu_count=2,
-                gpu_names=("NVIDIA RTX A6000", "NVIDIA RTX A6000"))
-    return baseline.Provenance(**{**base, **kw})
+def _prov(**kw: object) -> Provenance:
+    base = dict(
+        sglang_version="0.5.23",
+        runner="2xA6000",
+        date="2026-11-29T00:00:00+00:00",
+        effective_args_digest="abc",
+        launch_command="python -m sglang.launch_server",
+        gpu_count=2,
+        gpu_names=("NVIDIA RTX A6000", "NVIDIA RTX A6000"),
+    )
+    return Provenance(**{**base, **kw})
 
 
-def _entry(workload: str = "decode-chat", scale: float = 1.0) -> baseline.Entry:
-    return baseline.make_entry(workload, 1, "digest", 256, {"decode_tok_s": [70.123456789 * scale + i * 0.1 for i in range(12)]})
+def _entry(workload: str = "decode-chat", scale: float = 1.0) -> store.Entry:
+    return store.make_entry(
+        workload, 1, "digest", 256, {"decode_tok_s": [70.123456789 * scale + i * 0.1 for i in range(12)]}
+    )
 
 
 def test_files_are_deterministic_and_rounded(tmp_path: Path) -> None:
     path = tmp_path / "b.json"
-    _, new = baseline.record(path, "qwen36", "mtp1", _prov(), _entry())
+    _, new = store.record(path, "qwen36", "mtp1", _prov(), _entry())
     text = path.read_text()
-    assert text == baseline.dumps(new) and text == baseline.dumps(baseline.load(path))
+    assert text == store.dumps(new) and text == store.dumps(store.load(path))
     data = json.loads(text)
     assert list(data) == sorted(data)
     assert data["entries"]["decode-chat@c1"]["samples"]["decode_tok_s"][0] == 70.1235  # 6 significant digits
@@ -35,7 +44,7 @@ def test_files_are_deterministic_and_rounded(tmp_path: Path) -> None:
 
 def test_a_failed_write_leaves_the_old_file_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "b.json"
-    baseline.record(path, "qwen36", "mtp1", _prov(), _entry())
+    store.record(path, "qwen36", "mtp1", _prov(), _entry())
     before = path.read_text()
 
     def crash(*_a: object) -> None:
@@ -43,14 +52,14 @@ def test_a_failed_write_leaves_the_old_file_whole(tmp_path: Path, monkeypatch: p
 
     monkeypatch.setattr(os, "replace", crash)
     with pytest.raises(OSError, match="disk full"):
-        baseline.record(path, "qwen36", "mtp1", _prov(), _entry(scale=2))
+        store.record(path, "qwen36", "mtp1", _prov(), _entry(scale=2))
     assert path.read_text() == before
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
 
 
 def _record_one(args: tuple[str, str]) -> None:
     path, workload = args
-    baseline.record(Path(path), "qwen36", "mtp1", _prov(), _entry(workload))
+    store.record(Path(path), "qwen36", "mtp1", _prov(), _entry(workload))
 
 
 def test_concurrent_records_from_several_processes_all_land(tmp_path: Path) -> None:
@@ -58,49 +67,67 @@ def test_concurrent_records_from_several_processes_all_land(tmp_path: Path) -> N
     workloads = [f"w{i}" for i in range(8)]
     with multiprocessing.get_context("spawn").Pool(4) as pool:
         pool.map(_record_one, [(str(path), w) for w in workloads])
-    assert sorted(baseline.load(path).entries) == sorted(f"{w}@c1" for w in workloads)
+    assert sorted(store.load(path).entries) == sorted(f"{w}@c1" for w in workloads)
 
 
-@pytest.mark.parametrize(("content", "message"), [
-    ("{not json", "not valid JSON"),
-    ('{"schema_version": 99}', "schema_version 99 is not one this sglperf reads"),
-    ('{"schema_version": 1, "deployment": "x"}', "invalid baseline file"),
-])
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("{not json", "not valid JSON"),
+        ('{"schema_version": 99}', "schema_version 99 is not one this sglperf reads"),
+        ('{"schema_version": 1, "deployment": "x"}', "invalid baseline file"),
+    ],
+)
 def test_unreadable_files_get_clear_errors(tmp_path: Path, content: str, message: str) -> None:
     path = tmp_path / "b.json"
     path.write_text(content)
-    with pytest.raises(baseline.BaselineError, match=message) as excinfo:
-        baseline.load(path)
+    with pytest.raises(store.BaselineError, match=message) as excinfo:
+        store.load(path)
     assert str(path) in str(excinfo.value)
 
 
 def test_identity_and_context() -> None:
-    stored = baseline.Baseline(schema_version=1, deployment="qwen36", variant="mtp1", provenance=_prov(),
-                               entries={"decode-chat@c1": _entry()})
-    assert baseline.identity_problems(stored, _prov()) == []
-    problems = baseline.identity_problems(stored, _prov(gpu_count=4, emulated=True, runner="4xA6000"))
+    stored = store.Baseline(
+        schema_version=1, deployment="qwen36", variant="mtp1", provenance=_prov(), entries={"decode-chat@c1": _entry()}
+    )
+    assert store.identity_problems(stored, _prov()) == []
+    problems = store.identity_problems(stored, _prov(gpu_count=4, emulated=True, runner="4xA6000"))
     assert len(problems) == 3
-    notes = baseline.context_notes(stored, stored.entries["decode-chat@c1"], _prov(sglang_version="0.5.24",
-                                   effective_args_digest="def"), "other")
-    assert notes == ["SGLang 0.5.23 -> 0.5.24", "effective server args changed since the baseline",
-                     "prompt set changed since the baseline"]
-    lines = baseline.describe_change(stored, stored, "decode-chat@c1")
+    notes = store.context_notes(
+        stored, stored.entries["decode-chat@c1"], _prov(sglang_version="0.5.24", effective_args_digest="def"), "other"
+    )
+    assert notes == [
+        "SGLang 0.5.23 -> 0.5.24",
+        "effective server args changed since the baseline",
+        "prompt set changed since the baseline",
+    ]
+    lines = store.describe_change(stored, stored, "decode-chat@c1")
     assert any("decode_tok_s: median" in line and "(+0.0%)" in line for line in lines)
 
 
 def test_dummy_weights_skip_acceptance_and_say_so(tmp_path: Path) -> None:
-    from sglperf import regression
+    from sglperf.baselines import regression
+    from sglperf.runtime.provenance import uses_dummy_weights
 
-    assert regression.uses_dummy_weights(["--model-path", "/m", "--load-format", "dummy"])
-    assert regression.uses_dummy_weights(["--load-format=dummy"])
-    assert not regression.uses_dummy_weights(["--load-format", "safetensors"])
+    assert uses_dummy_weights(["--model-path", "/m", "--load-format", "dummy"])
+    assert uses_dummy_weights(["--load-format=dummy"])
+    assert not uses_dummy_weights(["--load-format", "safetensors"])
     path = tmp_path / "b.json"
-    samples = {"decode_tok_s": [70.0 + i * 0.1 for i in range(12)], "accept_length": [2.5 + i * 0.01 for i in range(12)]}
-    baseline.record(path, "qwen36", "mtp1", _prov(dummy_weights=True), baseline.make_entry("w", 1, "d", 256, samples))
+    samples = {
+        "decode_tok_s": [70.0 + i * 0.1 for i in range(12)],
+        "accept_length": [2.5 + i * 0.01 for i in range(12)],
+    }
+    store.record(path, "qwen36", "mtp1", _prov(dummy_weights=True), store.make_entry("w", 1, "d", 256, samples))
     worse = {"decode_tok_s": samples["decode_tok_s"], "accept_length": [a * 0.5 for a in samples["accept_length"]]}
-    outcome = regression.Outcome("k")
-    regression.compare(outcome, path, _prov(), baseline.make_entry("w", 1, "d", 256, worse), {},
-                       missing="fail", mismatch="fail", record_command="x")
+    outcome = regression.compare_to_baseline(
+        path,
+        _prov(),
+        store.make_entry("w", 1, "d", 256, worse),
+        {},
+        missing="fail",
+        mismatch="fail",
+        record_command="x",
+    )
     assert [c.metric for c in outcome.comparisons] == ["decode_tok_s"]  # acceptance not compared
     assert outcome.problems == [] and "dummy weights" in outcome.notes[0]
 
@@ -109,13 +136,15 @@ def test_cli_show_and_diff(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     from sglperf.cli import main
 
     old, new = tmp_path / "old.json", tmp_path / "new.json"
-    baseline.record(old, "qwen36", "mtp1", _prov(), _entry())
-    baseline.record(new, "qwen36", "mtp1", _prov(sglang_version="0.5.24"), _entry(scale=0.9))
+    store.record(old, "qwen36", "mtp1", _prov(), _entry())
+    store.record(new, "qwen36", "mtp1", _prov(sglang_version="0.5.24"), _entry(scale=0.9))
     assert main(["baseline", "show", str(old)]) == 0
     out = capsys.readouterr().out
     assert "qwen36/mtp1 on 2xA6000 (2x NVIDIA RTX A6000)" in out and "decode-chat@c1: decode_tok_s" in out
     assert main(["baseline", "diff", str(old), str(new)]) == 0
     out = capsys.readouterr().out
-    assert "qwen36/mtp1 decode-chat@c1 decode_tok_s: median" in out and "(-9.9%)" in out  # only the 70.1 part of each sample is scaled by 0.9
+    assert (
+        "qwen36/mtp1 decode-chat@c1 decode_tok_s: median" in out and "(-9.9%)" in out
+    )  # only the 70.1 part of each sample is scaled by 0.9
     assert "SGLang 0.5.23 -> 0.5.24" in out and "decode_tok_s regressed" in out
     assert main(["baseline", "show", str(tmp_path / "missing.json")]) == 2

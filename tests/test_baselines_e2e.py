@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from sglperf import baseline
+from sglperf.baselines import store
 
 from .conftest import NEW_SGLANG, OLD_SGLANG, make_project, with_workloads
 
 pytest_plugins = ["pytester"]
 FAST = {"decode_step_s": 0.003, "prefill_s_per_token": 0.00001, "noise_cv": 0.02}
 # A small workload with the default sample budget (12 rounds), so a run takes seconds.
-WORKLOAD = '''
+WORKLOAD = """
 [[workloads]]
 id = "decode-chat"
 prompts = "../data/prompts/chat.jsonl"
@@ -25,7 +25,7 @@ output_len = 64
 concurrency = [1]
 warmup = 1
 repeats = 12
-'''
+"""
 
 
 @pytest.fixture
@@ -37,13 +37,26 @@ def suite(pytester: pytest.Pytester, sglang_python, monkeypatch: pytest.MonkeyPa
 
     runs = itertools.count()
 
-    def run(*args: str, sglang: str = NEW_SGLANG, variant: str = "mtp3-prefill-graph", **emulator: object) -> pytest.RunResult:
+    def run(
+        *args: str, sglang: str = NEW_SGLANG, variant: str = "mtp3-prefill-graph", **emulator: object
+    ) -> pytest.RunResult:
         config = json.dumps({**FAST, **emulator})
         return pytester.runpytest_subprocess(
-            "-m", "measure", "-k", variant, f"--sglang-python={sglang_python(sglang)}", "--emulator",
-            f"--emulator-config={config}", f"--baselines-dir={pytester.path / 'baselines'}",
+            "-m",
+            "measure",
+            "-k",
+            variant,
+            f"--sglang-python={sglang_python(sglang)}",
+            "--emulator",
+            f"--emulator-config={config}",
+            f"--baselines-dir={pytester.path / 'baselines'}",
             f"--results-dir={pytester.path / 'results' / f'run{next(runs)}'}",
-            "-p", "no:cacheprovider", "-rA", *args, timeout=300)
+            "-p",
+            "no:cacheprovider",
+            "-rA",
+            *args,
+            timeout=300,
+        )
 
     run.path = pytester.path  # type: ignore[attr-defined]
     return run
@@ -56,16 +69,20 @@ def _baseline_file(root: Path, variant: str = "mtp3-prefill-graph") -> Path:
 def test_record_then_unchanged_slower_lower_acceptance_faster(suite) -> None:
     missing = suite()
     missing.assert_outcomes(failed=1)
-    missing.stdout.fnmatch_lines(["*no baseline for decode-chat@c1*record it with: pytest -k qwen36-mtp3-prefill-graph-decode-chat-c1 --update-baselines --emulator*"])
+    missing.stdout.fnmatch_lines(
+        [
+            "*no baseline for decode-chat@c1*record it with: pytest -k qwen36-mtp3-prefill-graph-decode-chat-c1 --update-baselines --emulator*"
+        ]
+    )
 
     recorded = suite("--update-baselines")
     recorded.assert_outcomes(passed=1)
     recorded.stdout.fnmatch_lines(["*sglperf baseline changes*", "*decode-chat@c1: new baseline*"])
     path = _baseline_file(suite.path)
-    stored = baseline.load(path)
+    stored = store.load(path)
     assert stored.provenance.emulated and stored.provenance.sglang_version == NEW_SGLANG
     assert len(stored.entries["decode-chat@c1"].samples["decode_tok_s"]) == 12
-    assert path.read_text() == baseline.dumps(stored)  # deterministic, sorted, rounded
+    assert path.read_text() == store.dumps(stored)  # deterministic, sorted, rounded
 
     suite().assert_outcomes(passed=1)  # unchanged
 
@@ -81,14 +98,16 @@ def test_record_then_unchanged_slower_lower_acceptance_faster(suite) -> None:
     faster = suite(decode_slowdown=0.92)
     faster.assert_outcomes(passed=1)
     faster.stdout.fnmatch_lines(["*improved: *decode_tok_s*refresh with --update-baselines*"])
-    assert baseline.load(path) == stored  # comparisons never write
+    assert store.load(path) == stored  # comparisons never write
 
 
 def test_refresh_is_refused_when_effective_args_are_wrong(suite) -> None:
     # SGLang 0.5.13 disables the prefill graph for this variant: its numbers must not become the baseline.
     result = suite("--update-baselines", sglang=OLD_SGLANG, variant="mtp3-defaults")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*refusing to record a baseline for qwen36/mtp3-defaults: its effective args are wrong*prefill_cuda_graph*"])
+    result.stdout.fnmatch_lines(
+        ["*refusing to record a baseline for qwen36/mtp3-defaults: its effective args are wrong*prefill_cuda_graph*"]
+    )
     assert not _baseline_file(suite.path, "mtp3-defaults").exists()
 
 
@@ -97,7 +116,9 @@ def test_baseline_from_other_gpus_is_never_compared_silently(suite, monkeypatch:
     monkeypatch.setenv("SGLPERF_SIMULATED_GPUS", "2xNVIDIA L40S:48")
     failed = suite("--ignore-runner-mismatch")
     failed.assert_outcomes(failed=1)
-    failed.stdout.fnmatch_lines(["*is not comparable with this run: recorded on NVIDIA RTX A6000, this run has NVIDIA L40S*"])
+    failed.stdout.fnmatch_lines(
+        ["*is not comparable with this run: recorded on NVIDIA RTX A6000, this run has NVIDIA L40S*"]
+    )
     skipped = suite("--ignore-runner-mismatch", "--baseline-mismatch=skip")
     skipped.assert_outcomes(skipped=1)
 

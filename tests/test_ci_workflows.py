@@ -69,13 +69,32 @@ def test_nightly_runs_locally_against_the_emulator(tmp_path: Path, sglang_python
     """The nightly script, step by step, as a person runs it without GPUs: summary, report and plots."""
     sglang_python(NEW_SGLANG)
     summary = tmp_path / "step-summary.md"
-    env = {**os.environ, "SGLANG_VERSION": NEW_SGLANG, "RESULTS_DIR": str(tmp_path / "results"),
-           "GITHUB_STEP_SUMMARY": str(summary), "SGLPERF_GPU_LOCK_DIR": str(tmp_path / "locks")}
+    env = {
+        **os.environ,
+        "SGLANG_VERSION": NEW_SGLANG,
+        "RESULTS_DIR": str(tmp_path / "results"),
+        "GITHUB_STEP_SUMMARY": str(summary),
+        "SGLPERF_GPU_LOCK_DIR": str(tmp_path / "locks"),
+    }
     env.pop("SGLPERF_SIMULATED_GPUS", None)
     config = '{"decode_step_s": 0.002, "prefill_s_per_token": 0.00001}'
-    proc = subprocess.run(["bash", "ci/nightly.sh", "--emulator", f"--emulator-config={config}",
-                           "-k", "mtp1 and decode-chat-c1", f"--baselines-dir={tmp_path / 'baselines'}",
-                           "--update-baselines"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            "bash",
+            "ci/nightly.sh",
+            "--emulator",
+            f"--emulator-config={config}",
+            "-k",
+            "mtp1 and decode-chat-c1",
+            f"--baselines-dir={tmp_path / 'baselines'}",
+            "--update-baselines",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     text = summary.read_text()
     assert "sglperf report" in text and "test double" in text and "decode_tok_s" in text

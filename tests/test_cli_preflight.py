@@ -23,7 +23,9 @@ def test_cli_json_records_for_new_release(sglang_python) -> None:
     proc = _run("preflight", str(QWEN36), "--python", sglang_python(NEW_SGLANG), "--json")
     assert proc.returncode == 0, proc.stderr
     records = json.loads(proc.stdout)
-    assert {"deployment", "variant", "intent", "expected", "actual", "ok", "detail", "sglang_version"} <= set(records[0])
+    assert {"deployment", "variant", "intent", "expected", "actual", "ok", "detail", "sglang_version"} <= set(
+        records[0]
+    )
     by_key = {(r["variant"], r["intent"]): r for r in records}
     assert by_key[("mtp3-defaults", "prefill_cuda_graph")]["ok"] is True
     assert by_key[("mtp3-full", "vision_weights_skipped")]["ok"] is None  # unproven, never passed
@@ -56,15 +58,19 @@ def test_pytest_items_ids_and_failure_message(pytester: pytest.Pytester, sglang_
     make_project(pytester.path, QWEN36.read_text())
     pytester.makeini("[pytest]\ntestpaths = deployments\n")
     # "=" form: pytest would take a bare path argument for a test path when finding its rootdir.
-    result = pytester.runpytest("-m", "preflight", "-k", "qwen36", f"--sglang-python={sglang_python(OLD_SGLANG)}", "-rA")
+    result = pytester.runpytest(
+        "-m", "preflight", "-k", "qwen36", f"--sglang-python={sglang_python(OLD_SGLANG)}", "-rA"
+    )
     result.assert_outcomes(passed=11, failed=2, skipped=1)
-    result.stdout.fnmatch_lines([
-        "*because: SGLang rule _handle_piecewise_cuda_graph*Multimodal*",
-        "*PASSED deployments/qwen36.toml::mtp3-prefill-graph::qwen36-mtp3-prefill-graph-prefill_cuda_graph*",
-        "*SKIPPED*unproven in preflight*",
-        "*FAILED deployments/qwen36.toml::mtp1::qwen36-mtp1-prefill_cuda_graph*",
-        "*FAILED deployments/qwen36.toml::mtp3-defaults::qwen36-mtp3-defaults-prefill_cuda_graph*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*because: SGLang rule _handle_piecewise_cuda_graph*Multimodal*",
+            "*PASSED deployments/qwen36.toml::mtp3-prefill-graph::qwen36-mtp3-prefill-graph-prefill_cuda_graph*",
+            "*SKIPPED*unproven in preflight*",
+            "*FAILED deployments/qwen36.toml::mtp1::qwen36-mtp1-prefill_cuda_graph*",
+            "*FAILED deployments/qwen36.toml::mtp3-defaults::qwen36-mtp3-defaults-prefill_cuda_graph*",
+        ]
+    )
 
 
 def test_pytest_bad_deployment_is_a_collection_error_naming_the_field(pytester: pytest.Pytester) -> None:
@@ -73,4 +79,6 @@ def test_pytest_bad_deployment_is_a_collection_error_naming_the_field(pytester: 
     pytester.makeini("[pytest]\ntestpaths = deployments\n")
     result = pytester.runpytest("-m", "preflight")
     assert result.ret != 0
-    result.stdout.fnmatch_lines(["*broken.toml: invalid deployment file:*", "*launch.tp_size: 3 exceeds runner.gpu_count 2*"])
+    result.stdout.fnmatch_lines(
+        ["*broken.toml: invalid deployment file:*", "*launch.tp_size: 3 exceeds runner.gpu_count 2*"]
+    )

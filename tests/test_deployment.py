@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from sglperf.deployment import DeploymentError, discover, load
-from sglperf.intents import SPECULATIVE
+from sglperf.model.deployment import DeploymentError, discover, load
+from sglperf.sglang.intents import SPECULATIVE
 
 from .conftest import QWEN36
 
@@ -31,27 +31,43 @@ def test_shipped_qwen36_loads_with_required_variants() -> None:
 
 BAD_FILES = {
     "unknown top-level field": ({"[model]": "colour = 'red'\n[model]"}, "colour: unknown field"),
-    "unknown intent in expect": ({"prefill_cuda_graph = true\ndecode": "prefil_cuda_graph = true\ndecode"},
-                                 "expect: unknown intent 'prefil_cuda_graph'; allowed: decode_cuda_graph, prefill_cuda_graph"),
-    "unknown intent in a variant": ({"request = { prefill_cuda_graph = true }\n\n": "request = { piecewise = true }\n\n"},
-                                    "variants[2].request: unknown intent 'piecewise'"),
+    "unknown intent in expect": (
+        {"prefill_cuda_graph = true\ndecode": "prefil_cuda_graph = true\ndecode"},
+        "expect: unknown intent 'prefil_cuda_graph'; allowed: decode_cuda_graph, prefill_cuda_graph",
+    ),
+    "unknown intent in a variant": (
+        {"request = { prefill_cuda_graph = true }\n\n": "request = { piecewise = true }\n\n"},
+        "variants[2].request: unknown intent 'piecewise'",
+    ),
     "wrong type": ({"tp_size = 2": "tp_size = 'two'"}, "launch.tp_size: Input should be a valid integer"),
     "duplicate variant": ({'id = "mtp3-full"': 'id = "mtp1"'}, "duplicate variant id 'mtp1'"),
-    "bad compute capability": ({'compute_capability = "8.6"': 'compute_capability = "sm86"'},
-                               "runner.compute_capability: 'sm86' is not allowed; expected a compute capability"),
+    "bad compute capability": (
+        {'compute_capability = "8.6"': 'compute_capability = "sm86"'},
+        "runner.compute_capability: 'sm86' is not allowed; expected a compute capability",
+    ),
     "tp larger than the runner": ({"tp_size = 2": "tp_size = 4"}, "launch.tp_size: 4 exceeds runner.gpu_count 2"),
-    "bad version specifier": ({'sglang = "<0.5.20"': 'sglang = "before 0.5.20"'},
-                              "launch.when[0].sglang: 'before 0.5.20' is not a version specifier"),
+    "bad version specifier": (
+        {'sglang = "<0.5.20"': 'sglang = "before 0.5.20"'},
+        "launch.when[0].sglang: 'before 0.5.20' is not a version specifier",
+    ),
     "missing required field": ({'gpu_name = "NVIDIA RTX A6000"\n': ""}, "runner.gpu_name: required field is missing"),
     "variant id with spaces": ({'id = "mtp1"': 'id = "mtp 1"'}, "variants[0].id: 'mtp 1' is not allowed"),
-    "intent value not a bool": ({"decode_cuda_graph = true": "decode_cuda_graph = 'yes'"},
-                                "expect.decode_cuda_graph: Input should be a valid boolean"),
-    "unknown metric threshold": ({"thresholds = { ttft_s = 0.05 }": "thresholds = { tok_s = 0.05 }"},
-                                 "workloads[2].thresholds: unknown metric 'tok_s'; allowed: accept_length"),
-    "missing prompt set": ({'prompts = "../data/prompts/code.jsonl"': 'prompts = "../data/prompts/nope.jsonl"'},
-                           "workloads[1].prompts:"),
-    "missing config.json": ({'config = "../models/qwen3.6-27b/config.json"': 'config = "../models/nope/config.json"'},
-                            "model.config:"),
+    "intent value not a bool": (
+        {"decode_cuda_graph = true": "decode_cuda_graph = 'yes'"},
+        "expect.decode_cuda_graph: Input should be a valid boolean",
+    ),
+    "unknown metric threshold": (
+        {"thresholds = { ttft_s = 0.05 }": "thresholds = { tok_s = 0.05 }"},
+        "workloads[2].thresholds: unknown metric 'tok_s'; allowed: accept_length",
+    ),
+    "missing prompt set": (
+        {'prompts = "../data/prompts/code.jsonl"': 'prompts = "../data/prompts/nope.jsonl"'},
+        "workloads[1].prompts:",
+    ),
+    "missing config.json": (
+        {'config = "../models/qwen3.6-27b/config.json"': 'config = "../models/nope/config.json"'},
+        "model.config:",
+    ),
 }
 
 

@@ -18,7 +18,8 @@ import numpy as np
 import openai
 import pytest
 
-from sglperf.emulator import (
+from sglperf.runtime.server import free_port
+from sglperf.testing.emulator import (
     CONFIG_ENV,
     EFFECTIVE_ENV,
     READY_LINE,
@@ -28,13 +29,20 @@ from sglperf.emulator import (
     expected_decode_tok_s,
     plan_request,
 )
-from sglperf.server import free_port
 
 pytestmark = pytest.mark.selftest
 
 REPO = Path(__file__).resolve().parents[1]
-SPEC_ARGV = ("--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3",
-             "--speculative-num-draft-tokens", "4", "--speculative-eagle-topk", "1")
+SPEC_ARGV = (
+    "--speculative-algorithm",
+    "NEXTN",
+    "--speculative-num-steps",
+    "3",
+    "--speculative-num-draft-tokens",
+    "4",
+    "--speculative-eagle-topk",
+    "1",
+)
 
 
 @dataclass
@@ -67,14 +75,14 @@ class Emulator:
         raise AssertionError("emulator did not become healthy")
 
 
-
 @pytest.fixture
 def spawn(tmp_path: Path) -> Iterator[Callable[..., Emulator]]:
     """Start emulators as subprocesses; every one is killed when the test ends."""
     procs: list[subprocess.Popen[bytes]] = []
 
-    def _spawn(*argv: str, config: dict[str, Any] | None = None, effective: dict[str, Any] | None = None,
-               wait: bool = True) -> Emulator:
+    def _spawn(
+        *argv: str, config: dict[str, Any] | None = None, effective: dict[str, Any] | None = None, wait: bool = True
+    ) -> Emulator:
         n = len(procs)
         port = free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("SGLPERF_EMULATOR")}
@@ -85,8 +93,13 @@ def spawn(tmp_path: Path) -> Iterator[Callable[..., Emulator]]:
             env[EFFECTIVE_ENV] = str(path)
         out, err = tmp_path / f"emu{n}.out", tmp_path / f"emu{n}.err"
         with out.open("wb") as o, err.open("wb") as e:
-            proc = subprocess.Popen([sys.executable, "-m", "sglperf.emulator", "--port", str(port), *argv],
-                                    cwd=REPO, env=env, stdout=o, stderr=e)
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "sglperf.testing.emulator", "--port", str(port), *argv],
+                cwd=REPO,
+                env=env,
+                stdout=o,
+                stderr=e,
+            )
         procs.append(proc)
         emu = Emulator(proc, f"http://127.0.0.1:{port}", out, err)
         if wait:
@@ -117,7 +130,7 @@ def sse(client: httpx.Client, path: str, body: dict[str, Any]) -> list[tuple[flo
         assert response.status_code == 200, response.read()
         for line in response.iter_lines():
             if line.startswith("data: "):
-                events.append((time.perf_counter(), line[len("data: "):]))
+                events.append((time.perf_counter(), line[len("data: ") :]))
     return events
 
 
@@ -127,8 +140,12 @@ def native_chunks(events: list[tuple[float, str]]) -> list[tuple[float, dict[str
 
 
 def stream_body(max_new_tokens: int, **extra: Any) -> dict[str, Any]:
-    return {"text": "The quick brown fox jumps over the lazy dog.", "stream": True,
-            "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0, "ignore_eos": True}, **extra}
+    return {
+        "text": "The quick brown fox jumps over the lazy dog.",
+        "stream": True,
+        "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0, "ignore_eos": True},
+        **extra,
+    }
 
 
 # --- the truth, without a server ---
@@ -158,8 +175,14 @@ def test_plan_is_reproducible_and_matches_expectation() -> None:
 
 def test_unknown_config_key_exits_2_naming_it() -> None:
     env = {**os.environ, CONFIG_ENV: json.dumps({"decode_step": 0.01})}
-    done = subprocess.run([sys.executable, "-m", "sglperf.emulator", "--port", str(free_port())],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=30)
+    done = subprocess.run(
+        [sys.executable, "-m", "sglperf.testing.emulator", "--port", str(free_port())],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert done.returncode == 2
     assert "'decode_step'" in done.stderr and "decode_step_s" in done.stderr
 
@@ -168,8 +191,17 @@ def test_unknown_config_key_exits_2_naming_it() -> None:
 
 
 def test_health_503_then_200_and_log(spawn: Callable[..., Emulator], model_dir: Path) -> None:
-    emu = spawn("--model-path", str(model_dir), "--tp", "2", "--mem-fraction-static", "0.8", "--some-new-flag",
-                config={"startup_s": 1.0}, wait=False)
+    emu = spawn(
+        "--model-path",
+        str(model_dir),
+        "--tp",
+        "2",
+        "--mem-fraction-static",
+        "0.8",
+        "--some-new-flag",
+        config={"startup_s": 1.0},
+        wait=False,
+    )
     statuses = []
     while (status := emu.status()) != 200:
         if status is not None:
@@ -190,12 +222,22 @@ def test_health_503_then_200_and_log(spawn: Callable[..., Emulator], model_dir: 
 
 
 def test_server_info_from_effective_file(spawn: Callable[..., Emulator], model_dir: Path) -> None:
-    effective = {"model_path": str(model_dir), "tp_size": 2, "speculative_algorithm": "EAGLE",
-                 "speculative_num_steps": 3, "speculative_num_draft_tokens": 4, "speculative_eagle_topk": 1,
-                 "cuda_graph_config": {"prefill": {"backend": "breakable"}, "decode": {"backend": "full"}},
-                 "mem_fraction_static": 0.85}
-    emu = spawn("--model-path", str(model_dir), config={"vision_weight_gb_per_gpu": 1.5},
-                effective={"sglang_version": "0.5.23", "effective": effective})
+    effective = {
+        "model_path": str(model_dir),
+        "tp_size": 2,
+        "speculative_algorithm": "EAGLE",
+        "speculative_num_steps": 3,
+        "speculative_num_draft_tokens": 4,
+        "speculative_eagle_topk": 1,
+        "cuda_graph_config": {"prefill": {"backend": "breakable"}, "decode": {"backend": "full"}},
+        "mem_fraction_static": 0.85,
+    }
+    emu = spawn(
+        "--model-path",
+        str(model_dir),
+        config={"vision_weight_gb_per_gpu": 1.5},
+        effective={"sglang_version": "0.5.23", "effective": effective},
+    )
     with emu.client() as c:
         info = c.get("/server_info").json()
         assert c.get("/get_server_info").json()["version"] == "0.5.23"
@@ -214,8 +256,13 @@ def test_server_info_from_effective_file(spawn: Callable[..., Emulator], model_d
     assert state["memory_usage"]["weight"] == pytest.approx(29.0)
     assert state["memory_usage"]["graph"]["prefill"] > 0 and state["memory_usage"]["graph"]["decode"] > 0
     assert isinstance(state["memory_usage"]["token_capacity"], int)
-    assert model == {"model_path": str(model_dir), "tokenizer_path": str(model_dir), "is_generation": True,
-                     "architectures": ["Qwen3_5ForConditionalGeneration"], "has_image_understanding": True}
+    assert model == {
+        "model_path": str(model_dir),
+        "tokenizer_path": str(model_dir),
+        "is_generation": True,
+        "architectures": ["Qwen3_5ForConditionalGeneration"],
+        "has_image_understanding": True,
+    }
     assert any("capture prefill cuda graph end" in l.lower() for l in emu.log().splitlines())
     assert any("mem usage=29.00 GB" in l for l in emu.log().splitlines())
 
@@ -281,8 +328,15 @@ def test_openai_streams_expose_tokens_per_chunk(spawn: Callable[..., Emulator]) 
     emu = spawn(*SPEC_ARGV, config={"decode_step_s": 0.002})
     client = openai.OpenAI(base_url=emu.url + "/v1", api_key="unused")
     stream = client.chat.completions.create(
-        model="m", messages=[{"role": "user", "content": "hello"}], max_tokens=60, stream=True, logprobs=True,
-        stream_options={"include_usage": True}, temperature=0, extra_body={"ignore_eos": True})
+        model="m",
+        messages=[{"role": "user", "content": "hello"}],
+        max_tokens=60,
+        stream=True,
+        logprobs=True,
+        stream_options={"include_usage": True},
+        temperature=0,
+        extra_body={"ignore_eos": True},
+    )
     per_chunk, text, finishes, usage = [], "", [], None
     for chunk in stream:
         if chunk.usage is not None:
@@ -303,8 +357,17 @@ def test_openai_streams_expose_tokens_per_chunk(spawn: Callable[..., Emulator]) 
     assert whole.usage.completion_tokens == 7 and whole.choices[0].finish_reason == "length"
 
     with emu.client() as c:
-        events = sse(c, "/v1/completions", {"prompt": "hello", "max_tokens": 40, "stream": True, "logprobs": 1,
-                                            "stream_options": {"include_usage": True}})
+        events = sse(
+            c,
+            "/v1/completions",
+            {
+                "prompt": "hello",
+                "max_tokens": 40,
+                "stream": True,
+                "logprobs": 1,
+                "stream_options": {"include_usage": True},
+            },
+        )
     assert events[-1][1] == "[DONE]"
     objects = [json.loads(data) for _, data in events[:-1]]
     assert objects[-1]["choices"] == [] and objects[-1]["usage"]["completion_tokens"] == 40
@@ -322,12 +385,16 @@ def test_stream_interval_eos_and_bad_requests(spawn: Callable[..., Emulator]) ->
         stopped = c.post("/generate", json={"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 20}}).json()
         assert stopped["meta_info"]["finish_reason"]["type"] == "stop"
         assert stopped["meta_info"]["completion_tokens"] == 8 and stopped["meta_info"]["prompt_tokens"] == 3
-        bad = [("/generate", b"{not json"), ("/generate", b"[1, 2]"), ("/generate", b"{}"),
-               ("/generate", json.dumps({"text": "x", "sampling_params": {"max_new_tokens": "many"}}).encode()),
-               ("/generate", json.dumps({"text": "x", "sampling_params": {"max_new_tokens": -1}}).encode()),
-               ("/generate", json.dumps({"text": ["a", "b"]}).encode()),
-               ("/v1/chat/completions", json.dumps({"messages": []}).encode()),
-               ("/v1/completions", json.dumps({"prompt": "x", "n": 2}).encode())]
+        bad = [
+            ("/generate", b"{not json"),
+            ("/generate", b"[1, 2]"),
+            ("/generate", b"{}"),
+            ("/generate", json.dumps({"text": "x", "sampling_params": {"max_new_tokens": "many"}}).encode()),
+            ("/generate", json.dumps({"text": "x", "sampling_params": {"max_new_tokens": -1}}).encode()),
+            ("/generate", json.dumps({"text": ["a", "b"]}).encode()),
+            ("/v1/chat/completions", json.dumps({"messages": []}).encode()),
+            ("/v1/completions", json.dumps({"prompt": "x", "n": 2}).encode()),
+        ]
         for path, body in bad:
             response = c.post(path, content=body, headers={"Content-Type": "application/json"})
             assert response.status_code == 400, (path, body)
@@ -423,7 +490,8 @@ def test_api_key(spawn: Callable[..., Emulator]) -> None:
         assert c.post("/generate", json={**stream_body(3), "stream": False}, headers=auth).status_code == 200
     with pytest.raises(openai.AuthenticationError):
         openai.OpenAI(base_url=emu.url + "/v1", api_key="wrong").chat.completions.create(
-            model="m", messages=[{"role": "user", "content": "x"}], max_tokens=2)
+            model="m", messages=[{"role": "user", "content": "x"}], max_tokens=2
+        )
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])

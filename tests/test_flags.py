@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from sglperf.deployment import load
-from sglperf.flags import FlagError, check_flags, plan
-from sglperf.intents import Option
+from sglperf.model.deployment import load
+from sglperf.sglang.flags import FlagError, check_flags, plan
+from sglperf.sglang.intents import Option
 
 from .conftest import QWEN36
 from .test_intents import BACKENDS, BOOLEANS, QWEN
@@ -45,7 +45,9 @@ def test_deprecated_flag_warns_with_replacement() -> None:
     p = _with(BOOLEANS, **{"--enable-piecewise-cuda-graph": Option(dest="e", takes_value=False, deprecated=True)})
     p = _with(p, **{"--cuda-graph-backend-prefill": Option(dest="b", choices=("breakable", "disabled"))})
     warnings = check_flags(["--enable-piecewise-cuda-graph"], p, "v")
-    assert len(warnings) == 1 and "deprecated in SGLang 0.5.13; use --cuda-graph-backend-prefill breakable" in warnings[0]
+    assert (
+        len(warnings) == 1 and "deprecated in SGLang 0.5.13; use --cuda-graph-backend-prefill breakable" in warnings[0]
+    )
 
 
 def test_plan_applies_version_rules_and_spells_intents() -> None:
@@ -67,5 +69,7 @@ def test_plan_applies_version_rules_and_spells_intents() -> None:
 def test_plan_rejects_a_variant_flag_the_release_lacks(tmp_path: Path) -> None:
     d = load(QWEN36)
     variant = d.variant("mtp1").model_copy(update={"flags": ["--enforce-piecewise-cuda-graph"]})
-    with pytest.raises(FlagError, match=r"variant 'mtp1'.*--enforce-piecewise-cuda-graph is not accepted by SGLang 0.5.23"):
+    with pytest.raises(
+        FlagError, match=r"variant 'mtp1'.*--enforce-piecewise-cuda-graph is not accepted by SGLang 0.5.23"
+    ):
         plan(d, variant, BACKENDS, "/m", QWEN)

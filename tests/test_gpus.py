@@ -19,9 +19,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from sglperf import gpus
-from sglperf.deployment import RunnerProfile
-from sglperf.gpus import (
+from sglperf.model.deployment import RunnerProfile
+from sglperf.runtime import gpus
+from sglperf.runtime.gpus import (
     GPU,
     GpuAllocator,
     Inventory,
@@ -36,8 +36,7 @@ from sglperf.gpus import (
 
 pytestmark = pytest.mark.selftest
 
-A6000 = RunnerProfile(name="2xA6000", gpu_count=2, gpu_name="NVIDIA RTX A6000", compute_capability="8.6",
-                      memory_gib=48)
+A6000 = RunnerProfile(name="2xA6000", gpu_count=2, gpu_name="NVIDIA RTX A6000", compute_capability="8.6", memory_gib=48)
 
 
 @pytest.fixture
@@ -68,17 +67,20 @@ def test_json_form() -> None:
     assert inv.gpus == (GPU(0, "NVIDIA A100", 80.0), GPU(1, "NVIDIA L4", 22.5))
 
 
-@pytest.mark.parametrize("bad", [
-    "8 A6000s",
-    "8xA6000",
-    "xA6000:48",
-    "2xA6000:0",
-    "[not json",
-    '[{"name": "A6000"}]',
-    '[{"memory_gib": 48}]',
-    '[{"name": "A6000", "memory_gib": "48"}]',
-    '[{"name": "A6000", "memory_gib": true}]',
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "8 A6000s",
+        "8xA6000",
+        "xA6000:48",
+        "2xA6000:0",
+        "[not json",
+        '[{"name": "A6000"}]',
+        '[{"memory_gib": 48}]',
+        '[{"name": "A6000", "memory_gib": "48"}]',
+        '[{"name": "A6000", "memory_gib": true}]',
+    ],
+)
 def test_malformed_simulation_names_variable_and_forms(bad: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(gpus.SIMULATED_ENV, bad)
     with pytest.raises(ValueError) as err:
@@ -91,8 +93,9 @@ def test_malformed_simulation_names_variable_and_forms(bad: str, monkeypatch: py
 def test_simulation_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(gpus.SIMULATED_ENV, "2xNVIDIA RTX A6000:48")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")  # describes what the process sees: not applied again
-    assert visible_gpus() == Inventory((GPU(0, "NVIDIA RTX A6000", 48.0), GPU(1, "NVIDIA RTX A6000", 48.0)),
-                                       "simulated")
+    assert visible_gpus() == Inventory(
+        (GPU(0, "NVIDIA RTX A6000", 48.0), GPU(1, "NVIDIA RTX A6000", 48.0)), "simulated"
+    )
 
 
 def test_no_gpus_no_tools(no_gpu_env: Path) -> None:
@@ -106,10 +109,13 @@ def _fake_nvidia_smi(bin_dir: Path, body: str) -> None:
 
 
 def test_nvidia_smi_fallback_and_cuda_visible_devices(no_gpu_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _fake_nvidia_smi(no_gpu_env, textwrap.dedent("""\
+    _fake_nvidia_smi(
+        no_gpu_env,
+        textwrap.dedent("""\
         echo "0, NVIDIA RTX A6000, 49140, GPU-aaaa-0000"
         echo "1, NVIDIA RTX A6000, 49140, GPU-bbbb-1111"
-        echo "2, NVIDIA RTX A6000, 49140, GPU-cccc-2222\""""))
+        echo "2, NVIDIA RTX A6000, 49140, GPU-cccc-2222\""""),
+    )
     inv = visible_gpus()
     assert inv.source == "nvidia-smi"
     assert inv.gpus[1] == GPU(1, "NVIDIA RTX A6000", 49140 / 1024, "GPU-bbbb-1111")
@@ -171,8 +177,9 @@ def fake_nvml(monkeypatch: pytest.MonkeyPatch, no_gpu_env: Path) -> FakeNvml:
 
 
 def test_nvml_inventory_honours_cuda_visible_devices(fake_nvml: FakeNvml, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert visible_gpus() == Inventory(tuple(GPU(i, "NVIDIA RTX A6000", 48.0, f"GPU-{i:04d}") for i in range(3)),
-                                       "nvml")
+    assert visible_gpus() == Inventory(
+        tuple(GPU(i, "NVIDIA RTX A6000", 48.0, f"GPU-{i:04d}") for i in range(3)), "nvml"
+    )
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-0002,1")
     assert visible_gpus().indices == (2, 1)
 
@@ -231,8 +238,7 @@ def test_profile_mismatches_say_expected_and_found() -> None:
 
 def test_memory_outside_tolerance() -> None:
     inv = Inventory((GPU(0, "NVIDIA RTX A6000", 48.0), GPU(1, "NVIDIA RTX A6000", 44.0)), "nvml")
-    assert match_profile(inv, A6000, tp_size=2) == [
-        "GPU memory: expected 48 GiB (±5%), found 44 GiB on GPU 1"]
+    assert match_profile(inv, A6000, tp_size=2) == ["GPU memory: expected 48 GiB (±5%), found 44 GiB on GPU 1"]
     assert match_profile(Inventory((GPU(0, "NVIDIA RTX A6000", 46.0),) * 2, "nvml"), A6000, 2) == []
 
 
@@ -334,7 +340,7 @@ def test_lock_dir_from_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
 WORKER = textwrap.dedent("""\
     import json, os, sys, time
     from pathlib import Path
-    from sglperf.gpus import GpuAllocator
+    from sglperf.runtime.gpus import GpuAllocator
     barrier = Path(sys.argv[1])
     (barrier / f"ready-{os.getpid()}").touch()
     while not (barrier / "go").exists():
@@ -349,7 +355,7 @@ WORKER = textwrap.dedent("""\
 
 HOLDER = textwrap.dedent("""\
     import time
-    from sglperf.gpus import GpuAllocator
+    from sglperf.runtime.gpus import GpuAllocator
     lease = GpuAllocator().acquire(2, timeout_s=10)
     print(lease.cuda_visible_devices, flush=True)
     time.sleep(60)
@@ -363,8 +369,9 @@ def spawn(tmp_path: Path) -> Iterator:
 
     def start(code: str, simulated: str, *args: str) -> subprocess.Popen[str]:
         env = {**os.environ, gpus.SIMULATED_ENV: simulated, gpus.LOCK_DIR_ENV: str(tmp_path / "locks")}
-        proc = subprocess.Popen([sys.executable, "-c", code, *args], env=env, text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", code, *args], env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
         children.append(proc)
         return proc
 

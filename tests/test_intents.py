@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sglperf.intents import (
+from sglperf.sglang.intents import (
     INTENTS,
     IntentNotExpressible,
     Option,
@@ -16,12 +16,19 @@ from sglperf.intents import (
 )
 
 BOOL = Option(dest="x", takes_value=False)
-SPEC = {f: Option(dest=f) for f in ("--speculative-algorithm", "--speculative-num-steps",
-                                     "--speculative-num-draft-tokens", "--speculative-eagle-topk")}
+SPEC = {
+    f: Option(dest=f)
+    for f in (
+        "--speculative-algorithm",
+        "--speculative-num-steps",
+        "--speculative-num-draft-tokens",
+        "--speculative-eagle-topk",
+    )
+}
 
 
 def parser(version: str, *flags: str, backends: tuple[str, ...] | None = None, lmo=None) -> ParserInfo:
-    options = {f: BOOL for f in flags} | SPEC | {"--tp-size": Option(dest="tp_size")}
+    options = dict.fromkeys(flags, BOOL) | SPEC | {"--tp-size": Option(dest="tp_size")}
     if backends:
         options["--cuda-graph-backend-prefill"] = Option(dest="b", choices=backends)
         options["--cuda-graph-backend-decode"] = Option(dest="d", choices=backends)
@@ -29,20 +36,35 @@ def parser(version: str, *flags: str, backends: tuple[str, ...] | None = None, l
 
 
 OPT_IN = parser("0.5.8", "--enable-piecewise-cuda-graph", "--disable-cuda-graph")
-BOOLEANS = parser("0.5.13", "--enforce-piecewise-cuda-graph", "--disable-piecewise-cuda-graph", "--disable-cuda-graph",
-                  "--language-only", "--enable-single-batch-overlap")
-BACKENDS = parser("0.5.23", "--language-only", "--language-model-only", "--enable-single-batch-overlap",
-                  "--disable-cuda-graph", backends=("full", "breakable", "disabled"),
-                  lmo=("DeepseekV4ForCausalLM",))
+BOOLEANS = parser(
+    "0.5.13",
+    "--enforce-piecewise-cuda-graph",
+    "--disable-piecewise-cuda-graph",
+    "--disable-cuda-graph",
+    "--language-only",
+    "--enable-single-batch-overlap",
+)
+BACKENDS = parser(
+    "0.5.23",
+    "--language-only",
+    "--language-model-only",
+    "--enable-single-batch-overlap",
+    "--disable-cuda-graph",
+    backends=("full", "breakable", "disabled"),
+    lmo=("DeepseekV4ForCausalLM",),
+)
 QWEN = ("Qwen3_5ForConditionalGeneration",)
 prefill = INTENTS["prefill_cuda_graph"]
 
 
-@pytest.mark.parametrize(("p", "on", "off"), [
-    (OPT_IN, ["--enable-piecewise-cuda-graph"], []),
-    (BOOLEANS, ["--enforce-piecewise-cuda-graph"], ["--disable-piecewise-cuda-graph"]),
-    (BACKENDS, ["--cuda-graph-backend-prefill", "breakable"], ["--cuda-graph-backend-prefill", "disabled"]),
-])
+@pytest.mark.parametrize(
+    ("p", "on", "off"),
+    [
+        (OPT_IN, ["--enable-piecewise-cuda-graph"], []),
+        (BOOLEANS, ["--enforce-piecewise-cuda-graph"], ["--disable-piecewise-cuda-graph"]),
+        (BACKENDS, ["--cuda-graph-backend-prefill", "breakable"], ["--cuda-graph-backend-prefill", "disabled"]),
+    ],
+)
 def test_prefill_graph_is_spelled_for_each_era(p: ParserInfo, on: list[str], off: list[str]) -> None:
     assert prefill.flags(True, p, QWEN) == on
     assert prefill.flags(False, p, QWEN) == off
@@ -56,13 +78,16 @@ def test_prefill_graph_uses_only_backends_the_parser_offers() -> None:
         prefill.flags(True, parser("0.5.3"), QWEN)
 
 
-@pytest.mark.parametrize(("effective", "value"), [
-    ({"enable_piecewise_cuda_graph": True}, True),
-    ({"disable_piecewise_cuda_graph": True, "enforce_piecewise_cuda_graph": False}, False),
-    ({"disable_piecewise_cuda_graph": False}, True),
-    ({"cuda_graph_config": {"prefill": {"backend": "disabled"}}, "disable_piecewise_cuda_graph": False}, False),
-    ({"cuda_graph_config": {"prefill": {"backend": "breakable"}}}, True),
-])
+@pytest.mark.parametrize(
+    ("effective", "value"),
+    [
+        ({"enable_piecewise_cuda_graph": True}, True),
+        ({"disable_piecewise_cuda_graph": True, "enforce_piecewise_cuda_graph": False}, False),
+        ({"disable_piecewise_cuda_graph": False}, True),
+        ({"cuda_graph_config": {"prefill": {"backend": "disabled"}}, "disable_piecewise_cuda_graph": False}, False),
+        ({"cuda_graph_config": {"prefill": {"backend": "breakable"}}}, True),
+    ],
+)
 def test_prefill_graph_is_read_from_each_era(effective: dict, value: bool) -> None:
     assert prefill.read(effective).value is value
 
@@ -93,9 +118,15 @@ def test_speculative_alias_is_normalised() -> None:
 
 
 def test_replacements_for_removed_piecewise_flags() -> None:
-    assert replacement_for("--enable-piecewise-cuda-graph", BACKENDS).startswith("--cuda-graph-backend-prefill breakable")
-    assert replacement_for("--enforce-piecewise-cuda-graph", BACKENDS).startswith("--cuda-graph-backend-prefill breakable")
-    assert replacement_for("--disable-piecewise-cuda-graph", BACKENDS).startswith("--cuda-graph-backend-prefill disabled")
+    assert replacement_for("--enable-piecewise-cuda-graph", BACKENDS).startswith(
+        "--cuda-graph-backend-prefill breakable"
+    )
+    assert replacement_for("--enforce-piecewise-cuda-graph", BACKENDS).startswith(
+        "--cuda-graph-backend-prefill breakable"
+    )
+    assert replacement_for("--disable-piecewise-cuda-graph", BACKENDS).startswith(
+        "--cuda-graph-backend-prefill disabled"
+    )
     assert replacement_for("--no-such-flag", BACKENDS) is None
 
 

@@ -34,7 +34,13 @@ def project(pytester: pytest.Pytester, sglang_python, monkeypatch: pytest.Monkey
 
     def run(*args: str) -> pytest.RunResult:
         # A subprocess, as a user runs it (in-process runs would also re-import httpcore between runs).
-        argv = (*(() if "-m" in args else ("-m", "live")), f"--sglang-python={python}", f"--results-dir={pytester.path / 'results'}", "-rA", *args)
+        argv = (
+            *(() if "-m" in args else ("-m", "live")),
+            f"--sglang-python={python}",
+            f"--results-dir={pytester.path / 'results'}",
+            "-rA",
+            *args,
+        )
         result = pytester.runpytest_subprocess(*argv, timeout=300)
         assert not _emulators_under(pytester.path), "a server outlived the run"
         return result
@@ -49,7 +55,7 @@ def _emulators_under(path: Path) -> list[int]:
     found = []
     for p in psutil.process_iter(["pid", "cmdline"]):
         cmd = " ".join(p.info["cmdline"] or [])
-        if "sglperf.emulator" in cmd and str(path) in cmd:
+        if "sglperf.testing.emulator" in cmd and str(path) in cmd:
             found.append(p.pid)
     return found
 
@@ -65,23 +71,32 @@ def test_emulator_runs_the_live_tier_end_to_end(project) -> None:
     result.assert_outcomes(passed=ITEMS_PER_RUN)
     result.stdout.fnmatch_lines(["*SGLang EMULATOR (test double)*"])
     logs = sorted((project.path / "results" / "servers").glob("*.log"))
-    assert [p.stem for p in logs] == ["qwen36-mtp1", "qwen36-mtp3-defaults", "qwen36-mtp3-full", "qwen36-mtp3-prefill-graph"]
+    assert [p.stem for p in logs] == [
+        "qwen36-mtp1",
+        "qwen36-mtp3-defaults",
+        "qwen36-mtp3-full",
+        "qwen36-mtp3-prefill-graph",
+    ]
     text = logs[0].read_text()
-    assert "-m sglperf.emulator --model-path" in text and "--speculative-num-steps 1" in text
+    assert "-m sglperf.testing.emulator --model-path" in text and "--speculative-num-steps 1" in text
     assert "CUDA_VISIBLE_DEVICES=0,1" in text and "stopped at" in text
 
 
 def test_vision_tower_loaded_despite_the_flag_is_named(project) -> None:
     # The emulator loads extra weights as a real server that built the vision tower would.
-    result = project("--emulator", "--emulator-config", json.dumps({"vision_weight_gb_per_gpu": 0.9}),
-                     "-k", "vision_weights_skipped")
+    result = project(
+        "--emulator", "--emulator-config", json.dumps({"vision_weight_gb_per_gpu": 0.9}), "-k", "vision_weights_skipped"
+    )
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*vision_weights_skipped expected on, effective flag set, but the vision tower was loaded*"])
+    result.stdout.fnmatch_lines(
+        ["*vision_weights_skipped expected on, effective flag set, but the vision tower was loaded*"]
+    )
 
 
 def test_server_exiting_during_startup_fails_every_item_of_the_variant_with_its_log(project) -> None:
-    result = project("--emulator", "--emulator-config", json.dumps({"exit_during_startup": 3, "startup_s": 1.0}),
-                     "-k", "mtp1")
+    result = project(
+        "--emulator", "--emulator-config", json.dumps({"exit_during_startup": 3, "startup_s": 1.0}), "-k", "mtp1"
+    )
     result.assert_outcomes(failed=4)
     result.stdout.fnmatch_lines(["*server exited with code 3 during startup*", "*TEST DOUBLE*"])
     # One start attempt per variant, not one per item.
@@ -96,8 +111,7 @@ def test_server_never_healthy_fails_within_its_deadline(project) -> None:
 
 
 def test_server_info_errors_name_the_server_and_endpoint(project) -> None:
-    result = project("--emulator", "--emulator-config", json.dumps({"http_5xx_paths": ["/server_info"]}),
-                     "-k", "mtp1")
+    result = project("--emulator", "--emulator-config", json.dumps({"http_5xx_paths": ["/server_info"]}), "-k", "mtp1")
     result.assert_outcomes(failed=4)
     result.stdout.fnmatch_lines(["*http://127.0.0.1:*/server_info answered 500*"])
 
@@ -123,14 +137,26 @@ def _intervals(results: Path) -> list[tuple[str, float, float]]:
 
 
 @pytest.mark.parametrize(("gpus", "parallel"), [(2, False), (8, True)])
-def test_xdist_workers_never_share_a_gpu_set(project, monkeypatch: pytest.MonkeyPatch, gpus: int, parallel: bool) -> None:
+def test_xdist_workers_never_share_a_gpu_set(
+    project, monkeypatch: pytest.MonkeyPatch, gpus: int, parallel: bool
+) -> None:
     monkeypatch.setenv("SGLPERF_SIMULATED_GPUS", f"{gpus}xNVIDIA RTX A6000:48")
-    result = project("--emulator", "--ignore-runner-mismatch", "--emulator-config", json.dumps({"startup_s": 2.0}),
-                     "-n", "4", "--dist", "loadscope", "-p", "no:cacheprovider")
+    result = project(
+        "--emulator",
+        "--ignore-runner-mismatch",
+        "--emulator-config",
+        json.dumps({"startup_s": 2.0}),
+        "-n",
+        "4",
+        "--dist",
+        "loadscope",
+        "-p",
+        "no:cacheprovider",
+    )
     result.assert_outcomes(passed=ITEMS_PER_RUN)
     spans = _intervals(project.path / "results")
     assert len(spans) == 4
-    overlaps = [(a, b) for i, a in enumerate(spans) for b in spans[i + 1:] if a[1] < b[2] and b[1] < a[2]]
+    overlaps = [(a, b) for i, a in enumerate(spans) for b in spans[i + 1 :] if a[1] < b[2] and b[1] < a[2]]
     assert all(set(a[0].split(",")).isdisjoint(b[0].split(",")) for a, b in overlaps), overlaps
     assert bool(overlaps) is parallel, spans
 
@@ -152,17 +178,35 @@ def test_interrupted_run_leaves_no_server(project, sglang_python, how: str) -> N
     import time
 
     project.write(QWEN36.read_text().replace("startup_timeout_s = 1800", "startup_timeout_s = 120"))
-    args = [sys.executable, "-m", "pytest", "-m", "live", "-k", "mtp1", f"--sglang-python={sglang_python(NEW_SGLANG)}",
-            f"--results-dir={project.path / 'results'}", "--emulator", "--emulator-config", json.dumps({"never_healthy": True}),
-            "-p", "no:cacheprovider"]
+    args = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-m",
+        "live",
+        "-k",
+        "mtp1",
+        f"--sglang-python={sglang_python(NEW_SGLANG)}",
+        f"--results-dir={project.path / 'results'}",
+        "--emulator",
+        "--emulator-config",
+        json.dumps({"never_healthy": True}),
+        "-p",
+        "no:cacheprovider",
+    ]
     if how.startswith("SIGKILL"):
         args += ["-n", "1"]
     proc = subprocess.Popen(args, cwd=project.path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         _wait_for(lambda: _emulators_under(project.path))
         if how == "SIGKILL-xdist-worker":
-            workers = [c for c in psutil.Process(proc.pid).children() if "execnet" in " ".join(c.cmdline())
-                       or "xdist" in " ".join(c.cmdline()) or c.name().startswith("python")]
+            workers = [
+                c
+                for c in psutil.Process(proc.pid).children()
+                if "execnet" in " ".join(c.cmdline())
+                or "xdist" in " ".join(c.cmdline())
+                or c.name().startswith("python")
+            ]
             assert workers
             for w in workers:
                 w.kill()
@@ -179,7 +223,7 @@ def test_interrupted_run_leaves_no_server(project, sglang_python, how: str) -> N
     assert not _emulators_under(project.path)
 
 
-MEASURE_WORKLOAD = '''
+MEASURE_WORKLOAD = """
 [[workloads]]
 id = "decode-chat"
 prompts = "../data/prompts/chat.jsonl"
@@ -189,19 +233,27 @@ concurrency = [1]
 warmup = 0
 repeats = 6
 stall_timeout_s = 2
-'''
+"""
 
 
-@pytest.mark.parametrize(("fault", "message"), [
-    ({"crash_after_tokens": 20}, "*/generate: request decode-chat/r0/chat-01*connection dropped after*"),
-    ({"stall_after_tokens": 20}, "*/generate: request decode-chat/r0/chat-01*stall: no data for 2 s*"),
-    ({"malformed_json_after_tokens": 20}, "*/generate: request decode-chat/r0/chat-01*malformed JSON in stream event*"),
-    ({"http_5xx_paths": ["/generate"]}, "*/generate: request decode-chat/r0/chat-01*HTTP 500*"),
-], ids=["crash", "stall", "malformed", "5xx"])
+@pytest.mark.parametrize(
+    ("fault", "message"),
+    [
+        ({"crash_after_tokens": 20}, "*/generate: request decode-chat/r0/chat-01*connection dropped after*"),
+        ({"stall_after_tokens": 20}, "*/generate: request decode-chat/r0/chat-01*stall: no data for 2 s*"),
+        (
+            {"malformed_json_after_tokens": 20},
+            "*/generate: request decode-chat/r0/chat-01*malformed JSON in stream event*",
+        ),
+        ({"http_5xx_paths": ["/generate"]}, "*/generate: request decode-chat/r0/chat-01*HTTP 500*"),
+    ],
+    ids=["crash", "stall", "malformed", "5xx"],
+)
 def test_measurement_faults_fail_clearly_and_leave_no_server(project, fault: dict, message: str) -> None:
     project.write(with_workloads(MEASURE_WORKLOAD))
     config = json.dumps({"decode_step_s": 0.002, **fault})
-    result = project("-m", "measure", "--emulator", f"--emulator-config={config}", "--baseline-missing=skip",
-                     "-k", "mtp1")
+    result = project(
+        "-m", "measure", "--emulator", f"--emulator-config={config}", "--baseline-missing=skip", "-k", "mtp1"
+    )
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([message])

@@ -34,9 +34,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sglperf.deployment import Workload
-from sglperf.emulator import CONFIG_ENV, expected_accept_length, prompt_tokens_of_text
-from sglperf.meter import (
+from sglperf.measure.meter import (
     Chunk,
     Event,
     MeterError,
@@ -52,15 +50,25 @@ from sglperf.meter import (
     sse_events,
     ttft_s,
 )
-from sglperf.server import free_port
-from sglperf.workload import Message, Prompt, PromptError, PromptSet, load_prompts
+from sglperf.measure.prompts import Message, Prompt, PromptError, PromptSet, load_prompts
+from sglperf.model.deployment import Workload
+from sglperf.runtime.server import free_port
+from sglperf.testing.emulator import CONFIG_ENV, expected_accept_length, prompt_tokens_of_text
 
 pytestmark = pytest.mark.selftest
 
 REPO = Path(__file__).resolve().parents[1]
 SPEC_STEPS, ACCEPT_PROB = 3, 0.7
-SPEC_ARGV = ("--speculative-algorithm", "NEXTN", "--speculative-num-steps", str(SPEC_STEPS),
-             "--speculative-num-draft-tokens", str(SPEC_STEPS + 1), "--speculative-eagle-topk", "1")
+SPEC_ARGV = (
+    "--speculative-algorithm",
+    "NEXTN",
+    "--speculative-num-steps",
+    str(SPEC_STEPS),
+    "--speculative-num-draft-tokens",
+    str(SPEC_STEPS + 1),
+    "--speculative-eagle-topk",
+    "1",
+)
 STEP_S = 0.003
 PREFILL_S_PER_TOKEN = 0.0001
 OUTPUT_LEN = 128
@@ -176,15 +184,18 @@ def test_parse_native_counts_tokens_and_acceptance() -> None:
     assert plain.spec_accept_length is None and "spec_verify_ct" in (plain.spec_note or "")
 
 
-@pytest.mark.parametrize(("events", "message"), [
-    (native_events([1, 3], {"finish_reason": {"type": "length"}}, done=False), "truncated stream: no \\[DONE\\]"),
-    (native_events([1, 3]), "without a final meta_info"),
-    (native_events([1, 2], {"finish_reason": {"type": "stop"}}), "produced 2 tokens, the workload needs exactly 3"),
-    (native_events([2, 1, 3], {"finish_reason": {"type": "length"}}), "went down"),
-    (native_events([1, 3], {"finish_reason": {"type": "abort", "message": "oom"}}), "aborted"),
-    ([Event(0.1, "{not json"), Event(0.2, "[DONE]")], "malformed JSON in stream event 0"),
-    ([Event(0.1, '{"error": {"message": "boom"}}'), Event(0.2, "[DONE]")], "server reported an error.*boom"),
-])
+@pytest.mark.parametrize(
+    ("events", "message"),
+    [
+        (native_events([1, 3], {"finish_reason": {"type": "length"}}, done=False), "truncated stream: no \\[DONE\\]"),
+        (native_events([1, 3]), "without a final meta_info"),
+        (native_events([1, 2], {"finish_reason": {"type": "stop"}}), "produced 2 tokens, the workload needs exactly 3"),
+        (native_events([2, 1, 3], {"finish_reason": {"type": "length"}}), "went down"),
+        (native_events([1, 3], {"finish_reason": {"type": "abort", "message": "oom"}}), "aborted"),
+        ([Event(0.1, "{not json"), Event(0.2, "[DONE]")], "malformed JSON in stream event 0"),
+        ([Event(0.1, '{"error": {"message": "boom"}}'), Event(0.2, "[DONE]")], "server reported an error.*boom"),
+    ],
+)
 def test_parse_native_failures_name_server_request_and_cause(events: list[Event], message: str) -> None:
     with pytest.raises(MeterError, match=message) as info:
         parse_native(events, CTX)
@@ -194,10 +205,19 @@ def test_parse_native_failures_name_server_request_and_cause(events: list[Event]
 def chat_events(token_lists: list[list[str]], usage: int | None, logprobs: bool = True) -> list[Event]:
     def chunk(tokens: list[str], finish: str | None) -> dict[str, Any]:
         lp = {"content": [{"token": t} for t in tokens]} if logprobs else None
-        return {"id": "chatcmpl-x", "choices": [{"index": 0, "delta": {"content": "".join(tokens)},
-                                                 "logprobs": lp, "finish_reason": finish}]}
-    objs = [{"id": "chatcmpl-x", "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
-                                               "logprobs": None, "finish_reason": None}]}]
+        return {
+            "id": "chatcmpl-x",
+            "choices": [{"index": 0, "delta": {"content": "".join(tokens)}, "logprobs": lp, "finish_reason": finish}],
+        }
+
+    objs = [
+        {
+            "id": "chatcmpl-x",
+            "choices": [
+                {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
+            ],
+        }
+    ]
     objs += [chunk(t, "length" if i == len(token_lists) - 1 else None) for i, t in enumerate(token_lists)]
     if usage is not None:
         objs.append({"id": "chatcmpl-x", "choices": [], "usage": {"completion_tokens": usage}})
@@ -231,15 +251,21 @@ def test_shipped_prompt_sets_load() -> None:
     assert longest >= 7000
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("", "no prompts"),
-    ('{"id": "a", "messages": [{"role": "user", "content": "x"}]}\n{"id": "b",\n', ":2: not valid JSON"),
-    ('{"id": "a"}\n', ":1: required field 'messages' is missing"),
-    ('{"id": "a", "messages": [{"role": "robot", "content": "x"}]}\n', ":1: messages\\[0\\].*role 'robot'"),
-    ('{"id": "a", "messages": [{"role": "user", "content": "x"}], "extra": 1}\n', "unknown field"),
-    ('{"id": "a", "messages": [{"role": "user", "content": "x"}]}\n\n'
-     '{"id": "a", "messages": [{"role": "user", "content": "y"}]}\n', ":3: duplicate id 'a' \\(first on line 1\\)"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "no prompts"),
+        ('{"id": "a", "messages": [{"role": "user", "content": "x"}]}\n{"id": "b",\n', ":2: not valid JSON"),
+        ('{"id": "a"}\n', ":1: required field 'messages' is missing"),
+        ('{"id": "a", "messages": [{"role": "robot", "content": "x"}]}\n', ":1: messages\\[0\\].*role 'robot'"),
+        ('{"id": "a", "messages": [{"role": "user", "content": "x"}], "extra": 1}\n', "unknown field"),
+        (
+            '{"id": "a", "messages": [{"role": "user", "content": "x"}]}\n\n'
+            '{"id": "a", "messages": [{"role": "user", "content": "y"}]}\n',
+            ":3: duplicate id 'a' \\(first on line 1\\)",
+        ),
+    ],
+)
 def test_malformed_prompt_files_name_file_and_line(tmp_path: Path, text: str, message: str) -> None:
     path = tmp_path / "set.jsonl"
     path.write_text(text)
@@ -249,7 +275,6 @@ def test_malformed_prompt_files_name_file_and_line(tmp_path: Path, text: str, me
 
 
 # --- against the emulator ---
-
 
 
 class Emulators:
@@ -262,13 +287,24 @@ class Emulators:
     def start(self, spec: bool = False, **config: Any) -> str:
         port = free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("SGLPERF_EMULATOR")}
-        env[CONFIG_ENV] = json.dumps({"startup_s": 0.05, "noise_cv": 0.0, "decode_step_s": STEP_S,
-                                      "prefill_s_per_token": PREFILL_S_PER_TOKEN, "accept_prob": ACCEPT_PROB,
-                                      **config})
+        env[CONFIG_ENV] = json.dumps(
+            {
+                "startup_s": 0.05,
+                "noise_cv": 0.0,
+                "decode_step_s": STEP_S,
+                "prefill_s_per_token": PREFILL_S_PER_TOKEN,
+                "accept_prob": ACCEPT_PROB,
+                **config,
+            }
+        )
         with (self.tmp / f"emu{len(self.procs)}.err").open("wb") as err:
-            proc = subprocess.Popen([sys.executable, "-m", "sglperf.emulator", "--port", str(port),
-                                     *(SPEC_ARGV if spec else ())], cwd=REPO, env=env,
-                                    stdout=subprocess.DEVNULL, stderr=err)
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "sglperf.testing.emulator", "--port", str(port), *(SPEC_ARGV if spec else ())],
+                cwd=REPO,
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+            )
         self.procs.append(proc)
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 20
@@ -310,14 +346,17 @@ def emulators(tmp_path: Path) -> Iterator[Emulators]:
 
 def prompt_set(n: int) -> PromptSet:
     # 400-1000 bytes: 100-250 emulator prompt tokens, 10-25 ms of prefill
-    prompts = tuple(Prompt(f"p{i}", (Message("user", f"Question {i}: " + "why is the sky blue? " * (19 + 5 * i)),))
-                    for i in range(n))
+    prompts = tuple(
+        Prompt(f"p{i}", (Message("user", f"Question {i}: " + "why is the sky blue? " * (19 + 5 * i)),))
+        for i in range(n)
+    )
     return PromptSet("test", Path("<test>"), prompts, "test")
 
 
 def workload(api: str, **kw: Any) -> Workload:
-    return Workload(**{"id": "w", "prompts": Path("<test>"), "output_len": OUTPUT_LEN, "warmup": 1,
-                       "repeats": 1, "api": api, **kw})
+    return Workload(
+        **{"id": "w", "prompts": Path("<test>"), "output_len": OUTPUT_LEN, "warmup": 1, "repeats": 1, "api": api, **kw}
+    )
 
 
 def run(url: str, api: str, concurrency: int, n: int, **kw: Any) -> WorkloadResult:
@@ -335,8 +374,13 @@ def test_recovers_decode_rate_and_ttft(servers: dict[str, str], chunking: str, a
     for s in samples:
         assert s.completion_tokens == OUTPUT_LEN == sum(c.tokens for c in s.chunks)
         # Each chunk after the first is a whole number of steps of exactly STEP_S (noise_cv=0).
-        steps = (s.spec_verify_ct if api == "native" and chunking == "mtp" else
-                 OUTPUT_LEN - 1 if chunking != "mtp" else len(s.chunks) - 1)
+        steps = (
+            s.spec_verify_ct
+            if api == "native" and chunking == "mtp"
+            else OUTPUT_LEN - 1
+            if chunking != "mtp"
+            else len(s.chunks) - 1
+        )
         if chunking == "mtp" and api == "native":
             assert s.spec_verify_ct == len(s.chunks) - 1
         truth = (OUTPUT_LEN - 1) / (steps * STEP_S)
@@ -400,14 +444,16 @@ def test_prefix_cache_flushed_before_each_measured_round(servers: dict[str, str]
 
 
 @pytest.mark.parametrize("api", ["native", "openai-chat"])
-@pytest.mark.parametrize(("fault", "message"), [
-    ({"crash_after_tokens": 10}, "connection dropped after"),
-    ({"stall_after_tokens": 10}, "stall: no data for 0.5 s after"),
-    ({"malformed_json_after_tokens": 5}, "malformed JSON in stream event"),
-    ({"http_5xx_paths": ["/generate", "/v1/chat/completions"]}, "HTTP 500"),
-])
-def test_faults_end_in_a_clear_meter_error(emulators: Emulators, api: str, fault: dict[str, Any],
-                                           message: str) -> None:
+@pytest.mark.parametrize(
+    ("fault", "message"),
+    [
+        ({"crash_after_tokens": 10}, "connection dropped after"),
+        ({"stall_after_tokens": 10}, "stall: no data for 0.5 s after"),
+        ({"malformed_json_after_tokens": 5}, "malformed JSON in stream event"),
+        ({"http_5xx_paths": ["/generate", "/v1/chat/completions"]}, "HTTP 500"),
+    ],
+)
+def test_faults_end_in_a_clear_meter_error(emulators: Emulators, api: str, fault: dict[str, Any], message: str) -> None:
     url = emulators.start(**fault)
     with pytest.raises(MeterError, match=message) as info:
         measure(url, workload(api, warmup=0, output_len=32), prompt_set(2), concurrency=2, chunk_timeout_s=0.5)

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from sglperf.modelsize import ModelSize, VisionEvidence, classify_weight_memory, model_size
+from sglperf.sglang.modelsize import ModelSize, VisionEvidence, classify_weight_memory, model_size
+
 pytestmark = pytest.mark.selftest
 
 QWEN36_CONFIG = Path(__file__).resolve().parent.parent / "models" / "qwen3.6-27b" / "config.json"
@@ -26,19 +27,48 @@ QWEN36_MTP = 424_699_392
 
 # The MTP tensors a Qwen3.6-27B checkpoint ships (from its safetensors header): an independent check.
 QWEN36_MTP_SHAPES = [
-    (5120, 10240), (5120,), (5120, 17408), (17408, 5120), (17408, 5120), (5120,), (256,), (1024, 5120),
-    (5120, 6144), (256,), (12288, 5120), (1024, 5120), (5120,), (5120,), (5120,),
+    (5120, 10240),
+    (5120,),
+    (5120, 17408),
+    (17408, 5120),
+    (17408, 5120),
+    (5120,),
+    (256,),
+    (1024, 5120),
+    (5120, 6144),
+    (256,),
+    (12288, 5120),
+    (1024, 5120),
+    (5120,),
+    (5120,),
+    (5120,),
 ]
 
 LLAMA3_8B = {
-    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
-    "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
-    "tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False, "torch_dtype": "bfloat16",
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "vocab_size": 128256,
+    "tie_word_embeddings": False,
+    "attention_bias": False,
+    "mlp_bias": False,
+    "torch_dtype": "bfloat16",
 }
 QWEN25_05B = {
-    "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 896, "intermediate_size": 4864,
-    "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2, "vocab_size": 151936,
-    "tie_word_embeddings": True, "torch_dtype": "bfloat16",
+    "architectures": ["Qwen2ForCausalLM"],
+    "model_type": "qwen2",
+    "hidden_size": 896,
+    "intermediate_size": 4864,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 14,
+    "num_key_value_heads": 2,
+    "vocab_size": 151936,
+    "tie_word_embeddings": True,
+    "torch_dtype": "bfloat16",
 }
 
 
@@ -106,18 +136,22 @@ def test_missing_hybrid_keys_are_named(qwen36_config: dict) -> None:
         model_size(config)
     assert str(err.value).startswith(
         "config.json: cannot count parameters, missing keys: text_config.linear_num_key_heads, "
-        "vision_config.out_hidden_size (supported: ")
+        "vision_config.out_hidden_size (supported: "
+    )
     with pytest.raises(ValueError, match="missing keys: text_config"):
         model_size({"model_type": "qwen3_5"})
 
 
-@pytest.mark.parametrize("config, message", [
-    ({**LLAMA3_8B, "num_local_experts": 8}, "mixture-of-experts"),
-    ({"model_type": "llava", "text_config": {}, "vision_config": {}}, "model_type 'llava' is not supported"),
-    ({**LLAMA3_8B, "torch_dtype": "int4"}, "dtype 'int4'"),
-    ({key: v for key, v in LLAMA3_8B.items() if key != "torch_dtype"}, "torch_dtype"),
-    ({**LLAMA3_8B, "quantization_config": {"quant_method": "fp8"}}, "quantized"),
-])
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        ({**LLAMA3_8B, "num_local_experts": 8}, "mixture-of-experts"),
+        ({"model_type": "llava", "text_config": {}, "vision_config": {}}, "model_type 'llava' is not supported"),
+        ({**LLAMA3_8B, "torch_dtype": "int4"}, "dtype 'int4'"),
+        ({key: v for key, v in LLAMA3_8B.items() if key != "torch_dtype"}, "torch_dtype"),
+        ({**LLAMA3_8B, "quantization_config": {"quant_method": "fp8"}}, "quantized"),
+    ],
+)
 def test_unsupported_shapes(config: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         model_size(config)
@@ -130,14 +164,21 @@ def test_text_only_measurement_is_skipped(qwen36: ModelSize) -> None:
     evidence = classify_weight_memory(25.06, qwen36, tp=2)
     assert evidence.verdict == "skipped"
     assert evidence.detail == (
-        "weights 25.06 GiB/GPU: text-only 25.05, with vision tower 25.48-25.91 -> vision tower skipped")
+        "weights 25.06 GiB/GPU: text-only 25.05, with vision tower 25.48-25.91 -> vision tower skipped"
+    )
 
 
 def test_vision_measurement_is_loaded(qwen36: ModelSize) -> None:
     evidence = classify_weight_memory(25.91, qwen36, tp=2)
     assert evidence == VisionEvidence(
-        "loaded", 25.91, evidence.text_only_gib, evidence.vision_sharded_gib, evidence.vision_replicated_gib,
-        False, "weights 25.91 GiB/GPU: text-only 25.05, with vision tower 25.48-25.91 -> vision tower loaded")
+        "loaded",
+        25.91,
+        evidence.text_only_gib,
+        evidence.vision_sharded_gib,
+        evidence.vision_replicated_gib,
+        False,
+        "weights 25.91 GiB/GPU: text-only 25.05, with vision tower 25.48-25.91 -> vision tower loaded",
+    )
     assert classify_weight_memory(25.30, qwen36, tp=2).verdict == "loaded"  # past the midpoint 25.26
 
 

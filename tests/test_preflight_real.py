@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from sglperf import preflight
-from sglperf.deployment import load
-from sglperf.verdict import Status
+from sglperf.judge.intent import Status
+from sglperf.model.deployment import load
 
 from .conftest import NEW_SGLANG, OLD_SGLANG, QWEN36
 
@@ -54,7 +54,9 @@ def test_new_family_keeps_prefill_graph_for_qwen35(sglang_python, tmp_path: Path
 
 
 def test_removed_flag_is_an_error_naming_flag_version_and_replacement(sglang_python, deployment_dir: Path) -> None:
-    text = QWEN36.read_text().replace('id = "mtp3-defaults"', 'id = "mtp3-defaults"\nflags = ["--enable-piecewise-cuda-graph"]')
+    text = QWEN36.read_text().replace(
+        'id = "mtp3-defaults"', 'id = "mtp3-defaults"\nflags = ["--enable-piecewise-cuda-graph"]'
+    )
     path = deployment_dir / "deployments" / "qwen36.toml"
     path.write_text(text)
     verdicts = _verdicts(path, sglang_python(NEW_SGLANG), deployment_dir / "cache")

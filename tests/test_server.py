@@ -14,16 +14,22 @@ from pathlib import Path
 import psutil
 import pytest
 
-from sglperf import server
-from sglperf.server import ServerSpec, ServerStartError, launch
+from sglperf.runtime import server
+from sglperf.runtime.server import ServerSpec, ServerStartError, launch
 
 ARGV = ("--model-path", "/nonexistent", "--tp-size", "2")
 
 
 def spec(tmp_path: Path, timeout: float = 20.0, **config: object) -> ServerSpec:
-    return ServerSpec(name="emu", python=sys.executable, argv=ARGV, log_path=tmp_path / "emu.log",
-                      startup_timeout_s=timeout, emulated=True,
-                      env={"SGLPERF_EMULATOR_CONFIG": json.dumps({"startup_s": 0.2, **config})})
+    return ServerSpec(
+        name="emu",
+        python=sys.executable,
+        argv=ARGV,
+        log_path=tmp_path / "emu.log",
+        startup_timeout_s=timeout,
+        emulated=True,
+        env={"SGLPERF_EMULATOR_CONFIG": json.dumps({"startup_s": 0.2, **config})},
+    )
 
 
 def alive(pids) -> list[int]:
@@ -67,12 +73,14 @@ def test_never_healthy_hits_the_deadline_with_progress(tmp_path: Path, monkeypat
 
 def test_teardown_escalates_to_sigkill_for_a_process_ignoring_sigterm(tmp_path: Path) -> None:
     stubborn = tmp_path / "stubborn.py"
-    stubborn.write_text(textwrap.dedent("""
+    stubborn.write_text(
+        textwrap.dedent("""
         import signal, subprocess, sys, time
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         child = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"])
         time.sleep(600)
-    """))
+    """)
+    )
     # A Server whose process is the stubborn script (the module does not matter for teardown).
     s = server.Server(ServerSpec(name="stubborn", python=sys.executable, argv=(), log_path=tmp_path / "s.log"))
     s.proc.kill()
@@ -89,17 +97,19 @@ def test_teardown_escalates_to_sigkill_for_a_process_ignoring_sigterm(tmp_path: 
 def test_server_dies_with_a_killed_parent(tmp_path: Path) -> None:
     """pytest (or an xdist worker) killed with SIGKILL must not leave its server behind."""
     script = tmp_path / "parent.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(
+        textwrap.dedent(f"""
         import json, sys, time
         sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})
         from pathlib import Path
-        from sglperf.server import ServerSpec, launch
+        from sglperf.runtime.server import ServerSpec, launch
         s = launch(ServerSpec(name="orphan", python=sys.executable, argv=("--model-path", "/x"),
-                   log_path=Path({str(tmp_path / 'o.log')!r}), emulated=True,
+                   log_path=Path({str(tmp_path / "o.log")!r}), emulated=True,
                    env={{"SGLPERF_EMULATOR_CONFIG": json.dumps({{"startup_s": 0.1}})}}))
         print(s.proc.pid, flush=True)
         time.sleep(600)
-    """))
+    """)
+    )
     parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
     try:
         child = int(parent.stdout.readline())

@@ -21,8 +21,10 @@ def test_upgrade_names_removed_piecewise_flags_and_changed_prefill_default(sglan
     proc = _run("--from", OLD_SGLANG, "--to", NEW_SGLANG)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
-    assert ("--enforce-piecewise-cuda-graph: removed in 0.5.23 (used by intent prefill_cuda_graph, "
-            "qwen36/mtp3-full, qwen36/mtp3-prefill-graph); sglperf will use --cuda-graph-backend-prefill breakable") in out
+    assert (
+        "--enforce-piecewise-cuda-graph: removed in 0.5.23 (used by intent prefill_cuda_graph, "
+        "qwen36/mtp3-full, qwen36/mtp3-prefill-graph); sglperf will use --cuda-graph-backend-prefill breakable"
+    ) in out
     assert "--enable-piecewise-cuda-graph: removed in 0.5.23" in out
     assert "--mamba-scheduler-strategy: renamed in 0.5.23" in out
     line = next(l for l in out.splitlines() if "qwen36/mtp3-defaults" in l and "prefill_cuda_graph" in l)

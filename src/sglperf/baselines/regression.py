@@ -1,0 +1,141 @@
+"""One measurement against its baseline: per-round samples, the comparison, or a new baseline record.
+
+A sample is one round over the workload's prompt set (the mean over that round's requests), so each
+sample carries the same prompt mix as the baseline's; rounds are what repeat independently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from sglperf.baselines import stats, store
+from sglperf.measure import meter
+from sglperf.model.measurement import BaselineStatus, MetricComparison, Provenance
+from sglperf.model.metrics import METRICS
+
+# Metrics meaningless with random weights: what is accepted depends on the model's predictions.
+WEIGHT_DEPENDENT = ("accept_length",)
+DUMMY_NOTE = "--load-format dummy (random weights): acceptance is meaningless and not compared"
+
+
+def round_samples(result: meter.WorkloadResult) -> dict[str, list[float]]:
+    """Per metric, one value per round: the mean over that round's requests."""
+    by_round: dict[int, list[meter.RequestSample]] = {}
+    for sample in result.samples:
+        by_round.setdefault(sample.repeat, []).append(sample)
+    out: dict[str, list[float]] = {}
+    for metric in METRICS:
+        values = []
+        for _, samples in sorted(by_round.items()):
+            xs = meter.metric_values(samples, metric)
+            if xs:
+                values.append(float(np.mean(xs)))
+        if values:
+            out[metric] = values
+    return out
+
+
+@dataclass
+class BaselineVerdict:
+    """What comparing a measurement with its baseline (or recording it) decided."""
+
+    status: BaselineStatus = BaselineStatus.COMPARED
+    comparisons: list[stats.Comparison] = field(default_factory=list)
+    stored_samples: dict[str, list[float]] = field(default_factory=dict)  # the baseline's, when compared
+    notes: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # why it fails, one line each
+    skip_reason: str | None = None
+    changes: list[str] = field(default_factory=list)  # what a refresh changed
+
+    @property
+    def regressions(self) -> list[stats.Comparison]:
+        return [c for c in self.comparisons if c.outcome.fails]
+
+    def not_compared(self, status: BaselineStatus, message: str, policy: str) -> None:
+        self.status = status
+        if policy == "skip":
+            self.skip_reason = message
+        else:
+            self.problems.append(message)
+
+
+def compare_entry(
+    entry: store.Entry,
+    current: Mapping[str, Sequence[float]],
+    thresholds: Mapping[str, float],
+    skip: Sequence[str] = (),
+) -> list[stats.Comparison]:
+    """Every metric both sides have, with the deployment's thresholds over the defaults."""
+    results = []
+    for metric in sorted(set(entry.samples) & set(current)):
+        if metric in skip or metric not in METRICS or not current[metric]:
+            continue
+        results.append(
+            stats.compare_samples(metric, entry.samples[metric], current[metric], threshold=thresholds.get(metric))
+        )
+    return results
+
+
+def compare_to_baseline(
+    path: Path,
+    prov: Provenance,
+    entry: store.Entry,
+    thresholds: Mapping[str, float],
+    *,
+    missing: str,
+    mismatch: str,
+    record_command: str,
+) -> BaselineVerdict:
+    """The comparison against the stored baseline (or why there is none)."""
+    verdict = BaselineVerdict()
+    try:
+        stored = store.load(path)
+    except store.BaselineError as exc:
+        if "no baseline" in str(exc):
+            verdict.not_compared(
+                BaselineStatus.MISSING,
+                f"no baseline for {entry.key} at {path}; record it with: {record_command}",
+                missing,
+            )
+        else:
+            verdict.not_compared(BaselineStatus.UNREADABLE, str(exc), "fail")
+        return verdict
+    stored_entry = stored.entries.get(entry.key)
+    if stored_entry is None:
+        verdict.not_compared(
+            BaselineStatus.MISSING, f"{path} has no entry {entry.key}; record it with: {record_command}", missing
+        )
+        return verdict
+    identity = store.identity_problems(stored, prov)
+    if identity:
+        verdict.not_compared(
+            BaselineStatus.MISMATCH, f"baseline {path} is not comparable with this run: {'; '.join(identity)}", mismatch
+        )
+        return verdict
+    verdict.stored_samples = {m: list(v) for m, v in stored_entry.samples.items()}
+    verdict.notes += store.context_notes(stored, stored_entry, prov, entry.prompt_digest)
+    skip = WEIGHT_DEPENDENT if prov.dummy_weights or stored.provenance.dummy_weights else ()
+    if stored.provenance.dummy_weights and not prov.dummy_weights:
+        verdict.notes.append("the baseline was recorded with dummy weights: acceptance not compared")
+    verdict.comparisons = compare_entry(stored_entry, entry.samples, thresholds, skip)
+    verdict.problems += [c.message() for c in verdict.regressions]
+    return verdict
+
+
+def comparison_record(c: stats.Comparison) -> MetricComparison:
+    return MetricComparison(
+        metric=c.metric,
+        baseline_median=c.baseline_median,
+        current_median=c.current_median,
+        change=c.change,
+        threshold=c.threshold,
+        p_value=c.p_value,
+        outcome=c.outcome,
+        message=c.message(),
+        n_baseline=c.n_baseline,
+        n_current=c.n_current,
+    )

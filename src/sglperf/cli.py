@@ -1,0 +1,200 @@
+"""`sglperf` command line: the same machinery as the pytest plugin, for people and CI steps."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from sglperf import preflight, upgrade
+from sglperf.baselines import regression, store
+from sglperf.model.deployment import DeploymentError, discover
+from sglperf.model.verdict import Status
+from sglperf.reporting import markdown
+from sglperf.reporting.console import verdict_json, verdict_table
+from sglperf.sglang import envs
+from sglperf.sglang.intents import ParserInfo
+
+DEFAULT_DEPLOYMENTS = "deployments"
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _add_interpreter_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--python", help="interpreter of the SGLang environment to ask (default: this one)")
+    group.add_argument(
+        "--sglang",
+        metavar="VERSION",
+        help="use sglperf's managed environment for this SGLang release (built on first use)",
+    )
+
+
+def _check_all(
+    paths: Sequence[str], python: str, variants: Sequence[str] | None = None
+) -> tuple[str, ParserInfo | None, list[preflight.VariantCheck]]:
+    """Every deployment's variants resolved by the SGLang under ``python``: (version, parser, checks)."""
+    checks: list[preflight.VariantCheck] = []
+    version, parser = "", None
+    for deployment in discover(list(paths)):
+        resolver = preflight.Resolver(python, deployment.runner)
+        try:
+            release = resolver.release()
+            version, parser = release.version, release.parser
+            checks += preflight.check(deployment, resolver, variants)
+        finally:
+            resolver.close()
+    return version, parser, checks
+
+
+def cmd_preflight(args: argparse.Namespace) -> int:
+    started = time.perf_counter()
+    python = envs.choose_python(args.python, args.sglang, _say)
+    _, _, checks = _check_all(args.deployments or [DEFAULT_DEPLOYMENTS], python, args.variant)
+    verdicts = [v for check in checks for v in check.verdicts]
+    print(verdict_json(verdicts) if args.json else verdict_table(verdicts))
+    _say(f"preflight took {time.perf_counter() - started:.1f} s")
+    return 1 if any(v.status in (Status.FAIL, Status.ERROR) for v in verdicts) else 0
+
+
+def cmd_upgrade_check(args: argparse.Namespace) -> int:
+    started = time.perf_counter()
+    old_python = envs.choose_python(args.python, args.from_version, _say)
+    new_python = envs.choose_python(None, args.to, _say)
+    paths = args.deployments or [DEFAULT_DEPLOYMENTS]
+    _say(f"resolving with the current release ({old_python})")
+    old_version, old_parser, old_checks = _check_all(paths, old_python)
+    _say(f"resolving with SGLang {args.to} ({new_python})")
+    new_version, new_parser, new_checks = _check_all(paths, new_python)
+    assert old_parser is not None and new_parser is not None  # discover() raises on no deployments
+    report = upgrade.compare_releases(old_version, new_version, old_parser, new_parser, old_checks, new_checks)
+    print(json.dumps(report.to_record(), indent=2, sort_keys=True) if args.json else upgrade.render(report))
+    _say(f"upgrade-check took {time.perf_counter() - started:.1f} s")
+    return 1 if report.breaking else 0
+
+
+def cmd_baseline(args: argparse.Namespace) -> int:
+    if args.action == "show":
+        for path in map(Path, args.files):
+            b = store.load(path)
+            p = b.provenance
+            print(
+                f"{path}: {b.deployment}/{b.variant} on {p.runner} ({p.gpu_count}x {', '.join(sorted(set(p.gpu_names)))})"
+                f"{' [EMULATOR]' if p.emulated else ''}"
+            )
+            print(
+                f"  SGLang {p.sglang_version}, torch {p.torch_version}, CUDA {p.cuda_version}, driver {p.driver_version}, "
+                f"sglperf {p.harness_version} ({p.git_commit[:10]}), recorded {p.date}"
+            )
+            print(f"  launch: {p.launch_command}")
+            for key, entry in sorted(b.entries.items()):
+                medians = ", ".join(f"{m} {s.median:g} (n={s.n})" for m, s in sorted(entry.summary.items()))
+                print(f"  {key}: {medians}")
+        return 0
+    if len(args.files) != 2:
+        _say("sglperf baseline diff OLD NEW: two baseline files (e.g. `git show HEAD~1:PATH > old.json`)")
+        return 2
+    old, new = (store.load(Path(f)) for f in args.files)
+    for key in sorted(set(old.entries) | set(new.entries)):
+        if key not in new.entries:
+            print(f"{key}: removed")
+            continue
+        for line in store.describe_change(old, new, key):
+            print(line)
+        if key in old.entries:
+            for c in regression.compare_entry(old.entries[key], new.entries[key].samples, {}):
+                print(f"  {c.message()}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    folder = Path(args.results_dir)
+    history = [
+        p
+        for p in sorted(folder.resolve().parent.iterdir())
+        if p.is_dir() and p != folder.resolve() and (p / "measurements").is_dir()
+    ]
+    path = markdown.write(folder, history)
+    print(path)
+    if args.summary:
+        print(path.read_text())
+    return 0
+
+
+def cmd_env(args: argparse.Namespace) -> int:
+    if args.action == "build":
+        for version in args.versions:
+            env = envs.ensure_env(version, _say)
+            print(env.python)
+    elif args.action == "path":
+        for version in args.versions:
+            env = envs.env_for(version)
+            if not env.ready:
+                _say(f"SGLang {version} environment is not built; run `sglperf env build {version}`")
+                return 1
+            print(env.python)
+    else:
+        root = envs.home() / "envs"
+        for path in sorted(root.glob("sglang-*")) if root.is_dir() else []:
+            env = envs.env_for(path.name.removeprefix("sglang-"))
+            print(f"{env.version:12} {'ready' if env.ready else 'incomplete':10} {env.path}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sglperf", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("preflight", help="what SGLang will actually do with each variant's flags (no GPU needed)")
+    p.add_argument("deployments", nargs="*", help=f"deployment files or folders (default: {DEFAULT_DEPLOYMENTS}/)")
+    p.add_argument("--variant", action="append", help="only these variant ids (repeatable)")
+    p.add_argument("--json", action="store_true", help="print a JSON list of records instead of the table")
+    _add_interpreter_options(p)
+    p.set_defaults(func=cmd_preflight)
+
+    p = sub.add_parser(
+        "upgrade-check", help="the deployments under the current and a target SGLang release, side by side"
+    )
+    p.add_argument("deployments", nargs="*", help=f"deployment files or folders (default: {DEFAULT_DEPLOYMENTS}/)")
+    p.add_argument("--to", required=True, metavar="VERSION", help="the SGLang release to upgrade to")
+    source = p.add_mutually_exclusive_group()
+    source.add_argument(
+        "--from", dest="from_version", metavar="VERSION", help="the release in use (managed environment)"
+    )
+    source.add_argument("--python", help="interpreter of the SGLang environment in use (default: this one)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_upgrade_check)
+
+    p = sub.add_parser("baseline", help="read stored baselines")
+    p.add_argument("action", choices=["show", "diff"])
+    p.add_argument("files", nargs="+", help="baseline JSON files (diff: OLD NEW)")
+    p.set_defaults(func=cmd_baseline)
+
+    p = sub.add_parser("report", help="(re)build report.md and plots from a results folder")
+    p.add_argument("results_dir")
+    p.add_argument("--summary", action="store_true", help="also print the markdown (e.g. >> $GITHUB_STEP_SUMMARY)")
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("env", help="managed per-release SGLang environments for CPU-side resolution")
+    p.add_argument("action", choices=["build", "path", "list"])
+    p.add_argument("versions", nargs="*")
+    p.set_defaults(func=cmd_env)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (DeploymentError, preflight.PreflightError, envs.EnvBuildError, store.BaselineError, ValueError) as exc:
+        _say(f"sglperf: {exc}")
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

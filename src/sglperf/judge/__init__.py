@@ -1,0 +1,1 @@
+"""Judging: an intent's expectation against effective args (any tier), live evidence, and drift."""

@@ -1,0 +1,125 @@
+"""Judging one intent: its expected value against what SGLang decided, with SGLang's own reasons."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sglperf.model.resolution import EffectiveArgs, SGLangError, Write
+from sglperf.model.verdict import Status, Verdict
+from sglperf.sglang.intents import INTENTS, Intent
+
+MAX_REASONS = 4
+
+
+def _describe_write(intent: Intent, write: Write) -> tuple[Any, str]:
+    """(intent value this write implies or None, how to show it)."""
+    try:
+        reading = intent.read({write.field: write.new})
+        return reading.value, f"{reading.source} ({intent.show(reading.value)})"
+    except (KeyError, TypeError):
+        shown = repr(write.new)
+        return None, f"{write.field} = {shown[:80]}"
+
+
+def explain(intent: Intent, args: EffectiveArgs, actual: Any) -> list[str]:
+    """SGLang's rules that produced ``actual``, then its log lines about the intent."""
+    reasons: list[str] = []
+    previous: Any = object()
+    for write in args.writes:
+        if write.field not in intent.fields:
+            continue
+        implied, shown = _describe_write(intent, write)
+        decisive = implied is not None and intent.matches(implied, actual) and implied != previous
+        if implied is not None:
+            previous = implied
+        if not (decisive and write.changed):
+            continue
+        where = ", ".join(p for p in (write.where, f'"{write.comment}"' if write.comment else "") if p)
+        text = f"SGLang rule {write.rule}" + (f" ({where})" if where else "") + f" set {shown}"
+        if text not in reasons:
+            reasons.append(text)
+    for line in args.logs:
+        lowered = line.message.lower()
+        if any(k in lowered for k in intent.log_keywords):
+            reasons.append(f"SGLang log [{line.level}] {line.message.strip()[:300]}")
+    return reasons[:MAX_REASONS]
+
+
+def judge(
+    deployment: str,
+    variant: str,
+    intent: Intent,
+    expected: Any,
+    args: EffectiveArgs | None,
+    sglang_version: str,
+    *,
+    error: SGLangError | None = None,
+    requested: bool = False,
+    hint: str = "",
+    warnings: Sequence[str] = (),
+    tier: str = "preflight",
+) -> Verdict:
+    """Compare one intent's expectation with the variant's effective args (None: SGLang refused it)."""
+    shown_expected = intent.show(expected)
+    base = dict(
+        deployment=deployment,
+        variant=variant,
+        intent=intent.name,
+        expected=shown_expected,
+        sglang_version=sglang_version,
+        warnings=tuple(warnings),
+        tier=tier,
+    )
+    if error is not None or args is None:
+        message = f"{error.type}: {error.message}" if error else "no effective args"
+        return Verdict(actual=None, status=Status.ERROR, detail=f"SGLang's validation says: {message}", **base)
+    try:
+        reading = intent.read(args.fields)
+    except KeyError as exc:
+        return Verdict(
+            actual=None,
+            status=Status.ERROR,
+            detail=f"cannot read {intent.name} from SGLang {sglang_version}'s effective args: {exc.args[0]}",
+            **base,
+        )
+    actual = intent.show(reading.value)
+    reasons = tuple(explain(intent, args, reading.value))
+    if not intent.matches(expected, reading.value):
+        how = "you asked for it, but SGLang overrode the request" if requested else (hint or "")
+        detail = f"read from {reading.source}" + (f"; {how}" if how else "")
+        if reading.note:
+            detail += f"; {reading.note}"
+        return Verdict(actual=actual, status=Status.FAIL, detail=detail, reasons=reasons, **base)
+    if not reading.provable:
+        return Verdict(
+            actual=f"{actual} (unproven)",
+            status=Status.UNPROVEN,
+            detail=f"read from {reading.source}; {reading.note}",
+            reasons=reasons,
+            **base,
+        )
+    return Verdict(actual=actual, status=Status.PASS, detail=f"read from {reading.source}", reasons=reasons, **base)
+
+
+def judge_error(
+    deployment: str,
+    variant: str,
+    intent_name: str,
+    expected: Any,
+    sglang_version: str,
+    message: str,
+    tier: str = "preflight",
+) -> Verdict:
+    """A variant that could not be spelled for this release: every intent errors with the reason."""
+    return Verdict(
+        deployment=deployment,
+        variant=variant,
+        intent=intent_name,
+        expected=INTENTS[intent_name].show(expected),
+        actual=None,
+        status=Status.ERROR,
+        detail=message,
+        sglang_version=sglang_version,
+        tier=tier,
+    )

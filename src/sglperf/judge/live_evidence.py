@@ -1,0 +1,117 @@
+"""Live effective args: what a running server says about itself, checked with the preflight's code.
+
+The same intents and the same judge as preflight, on `/server_info`, plus evidence only a running
+server has: per-phase CUDA graph memory, the server's log lines, and weight memory per GPU compared
+with the model's text-only and full sizes (a flag is not proof that the vision tower was skipped).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from sglperf.judge.intent import judge
+from sglperf.model.resolution import EffectiveArgs, LogLine
+from sglperf.model.server_facts import ServerFacts
+from sglperf.model.verdict import Status, Verdict
+from sglperf.sglang import modelsize
+from sglperf.sglang.intents import INTENTS, PREFILL_CUDA_GRAPH, VISION_WEIGHTS_SKIPPED, Intent, Speculative
+
+LOG_LEVEL = re.compile(r"\b(DEBUG|INFO|WARNING|ERROR|CRITICAL)\b")
+
+
+def parse_log(text: str) -> tuple[LogLine, ...]:
+    lines = []
+    for raw in text.splitlines():
+        if raw.startswith("# sglperf:"):
+            continue  # our own launch/stop notes, not the server's words
+        level = LOG_LEVEL.search(raw)
+        lines.append(LogLine(level.group(1) if level else "INFO", "server-log", raw.strip()))
+    return tuple(lines)
+
+
+def _prefill_graph_evidence(verdict: Verdict, facts: ServerFacts) -> Verdict:
+    graph = facts.graph_memory
+    if graph is None or "prefill" not in graph:
+        return replace(
+            verdict, reasons=(*verdict.reasons, "no per-phase graph memory on this release (0.5.17+ reports it)")
+        )
+    evidence = f"internal_states[0].memory_usage.graph.prefill = {graph['prefill']:.2f} GB"
+    if verdict.status == Status.PASS and verdict.expected == "on" and graph["prefill"] <= 0:
+        return replace(
+            verdict,
+            status=Status.FAIL,
+            actual="on in args, no graph captured",
+            detail=f"{verdict.detail}; but {evidence}: the prefill CUDA graph was never captured",
+        )
+    return replace(verdict, detail=f"{verdict.detail}; {evidence}")
+
+
+def _vision_evidence(
+    verdict: Verdict, facts: ServerFacts, config: Mapping[str, Any], tp: int, mtp_loaded: bool
+) -> Verdict:
+    measured = facts.weight_gib
+    if measured is None:
+        return replace(
+            verdict,
+            status=Status.UNPROVEN if verdict.status != Status.FAIL else verdict.status,
+            detail=f"{verdict.detail}; the server reports no weight memory",
+        )
+    try:
+        size = modelsize.model_size(dict(config))
+    except ValueError as exc:
+        return replace(verdict, detail=f"{verdict.detail}; cannot size the model from config.json: {exc}")
+    evidence = modelsize.classify_weight_memory(measured, size, tp, mtp_loaded=mtp_loaded)
+    if evidence.verdict == "skipped":
+        status, actual = (
+            (Status.PASS, "skipped (weight memory)") if verdict.expected == "on" else (Status.FAIL, "skipped")
+        )
+    elif evidence.verdict == "loaded":
+        status, actual = (
+            (Status.FAIL, "loaded (weight memory)") if verdict.expected == "on" else (Status.PASS, "loaded")
+        )
+        if verdict.expected == "on" and verdict.actual and verdict.actual.startswith("on"):
+            actual = "flag set, but the vision tower was loaded"
+    else:
+        status, actual = Status.UNPROVEN, "unclear"
+    return replace(verdict, status=status, actual=actual, detail=f"{verdict.detail}; {evidence.detail}")
+
+
+def check(
+    deployment_key: str,
+    variant_id: str,
+    expectations: Mapping[str, Any],
+    facts: ServerFacts,
+    log_text: str,
+    *,
+    config: Mapping[str, Any],
+    tp: int,
+    requested: Sequence[str] = (),
+    warnings: Sequence[str] = (),
+) -> list[Verdict]:
+    """Judge every expected intent on a running server, adding live evidence where SGLang offers it."""
+    args = EffectiveArgs(facts.effective, parse_log(log_text))
+    verdicts = []
+    for name, expected in expectations.items():
+        intent: Intent = INTENTS[name]
+        verdict = judge(
+            deployment_key,
+            variant_id,
+            intent,
+            expected,
+            args,
+            facts.version,
+            requested=name in requested,
+            warnings=warnings,
+            tier="live (emulator)" if facts.emulated else "live",
+        )
+        if verdict.status != Status.ERROR:
+            if name == PREFILL_CUDA_GRAPH:
+                verdict = _prefill_graph_evidence(verdict, facts)
+            elif name == VISION_WEIGHTS_SKIPPED:
+                mtp = facts.effective.get(Speculative.FIELDS["algorithm"]) is not None
+                verdict = _vision_evidence(verdict, facts, config, tp, mtp)
+        verdicts.append(verdict)
+    return verdicts

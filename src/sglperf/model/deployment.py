@@ -1,0 +1,290 @@
+"""Deployment files (`deployments/<key>.toml`): what runs where, which flag combinations, what to expect.
+
+Validated strictly: an unknown key, a wrong type or an unknown intent is an error that names the
+file, the field and what is allowed.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator, model_validator
+
+from sglperf.model.intent_names import INTENT_NAMES, SPECULATIVE
+from sglperf.model.metrics import METRICS
+
+SLUG_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+Slug = Annotated[str, Field(pattern=SLUG_PATTERN, max_length=64)]
+PATTERN_MEANING = {
+    SLUG_PATTERN: "letters, digits, '.', '_' and '-' only (it becomes part of test ids and paths)",
+    r"^\d{1,2}\.\d$": "a compute capability such as '8.6'",
+}
+
+
+class DeploymentError(ValueError):
+    """A deployment file is unreadable or invalid; the message names file and field."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Model(_Strict):
+    key: Slug
+    served_path: str = Field(description="checkpoint path on GPU runners (override: --model-path)")
+    config: Path = Field(description="config.json used by preflight, relative to the deployment file")
+
+
+class RunnerProfile(_Strict):
+    name: Slug
+    gpu_count: int = Field(ge=1, le=64)
+    gpu_name: str = Field(min_length=1)
+    compute_capability: str = Field(pattern=r"^\d{1,2}\.\d$")
+    memory_gib: float = Field(gt=0, le=4096)
+    sm_count: int | None = Field(default=None, ge=1)
+
+    def as_probe_profile(self) -> dict[str, Any]:
+        return self.model_dump(exclude_none=True)
+
+
+class Speculative(_Strict):
+    algorithm: str = Field(min_length=1)
+    num_steps: int = Field(ge=1)
+    num_draft_tokens: int = Field(ge=1)
+    eagle_topk: int = Field(default=1, ge=1)
+
+
+class SpeculativeOverride(_Strict):
+    algorithm: str | None = None
+    num_steps: int | None = Field(default=None, ge=1)
+    num_draft_tokens: int | None = Field(default=None, ge=1)
+    eagle_topk: int | None = Field(default=None, ge=1)
+
+
+def _check_intents(value: dict[str, Any]) -> dict[str, Any]:
+    for name in value:
+        if name not in INTENT_NAMES:
+            raise ValueError(f"unknown intent {name!r}; allowed: {', '.join(sorted(INTENT_NAMES))}")
+        if name == SPECULATIVE:
+            raise ValueError(f"{name!r} is set through [launch.speculative] or a variant's speculative table")
+    return value
+
+
+class VersionRule(_Strict):
+    """Flags and environment that only some SGLang releases need (their spelling changes)."""
+
+    sglang: str = Field(description="PEP 440 version specifier, e.g. '<0.5.20'")
+    flags: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    reason: str = ""
+
+    @field_validator("sglang")
+    @classmethod
+    def _specifier(cls, value: str) -> str:
+        try:
+            SpecifierSet(value)
+        except InvalidSpecifier:
+            raise ValueError(f"{value!r} is not a version specifier such as '<0.5.20' or '>=0.5.14,<0.5.20'") from None
+        return value
+
+
+class Launch(_Strict):
+    tp_size: int = Field(ge=1)
+    speculative: Speculative | None = None
+    extra_flags: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    when: list[VersionRule] = Field(default_factory=list)
+    startup_timeout_s: float = Field(default=1800, gt=0)
+
+
+class Variant(_Strict):
+    id: Slug
+    description: str = ""
+    flags: list[str] = Field(default_factory=list, description="raw SGLang flags, checked against the installed parser")
+    request: dict[str, StrictBool] = Field(default_factory=dict, description="intents the suite translates to flags")
+    expect: dict[str, StrictBool] = Field(default_factory=dict, description="intents checked in the effective args")
+    speculative: SpeculativeOverride | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("request", "expect")
+    @classmethod
+    def _intents_known(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return _check_intents(value)
+
+
+class Workload(_Strict):
+    id: Slug
+    prompts: Path = Field(description="JSONL prompt set, relative to the deployment file")
+    max_prompts: int | None = Field(default=None, ge=1, description="use only the first N prompts of the set")
+    output_len: int = Field(default=256, ge=1)
+    concurrency: list[int] = Field(default_factory=lambda: [1])
+    warmup: int = Field(default=2, ge=0)
+    repeats: int = Field(default=12, ge=1, description="rounds over the prompt set; each round is one sample")
+    api: Literal["native", "openai-chat", "openai-completions"] = "native"
+    reuse_prefix_cache: bool = False
+    stall_timeout_s: float = Field(default=60.0, gt=0, description="silence between two chunks that counts as a stall")
+    thresholds: dict[str, float] = Field(default_factory=dict, description="relative regression floors per metric")
+
+    @field_validator("concurrency")
+    @classmethod
+    def _positive(cls, value: list[int]) -> list[int]:
+        if not value or any(c < 1 for c in value):
+            raise ValueError("concurrency must be a non-empty list of integers >= 1")
+        return value
+
+    @field_validator("thresholds")
+    @classmethod
+    def _known_metrics(cls, value: dict[str, float]) -> dict[str, float]:
+
+        for metric, threshold in value.items():
+            if metric not in METRICS:
+                raise ValueError(f"unknown metric {metric!r}; allowed: {', '.join(sorted(METRICS))}")
+            if not 0 < threshold < 1:
+                raise ValueError(f"threshold for {metric} must be a fraction between 0 and 1, e.g. 0.03")
+        return value
+
+
+class Deployment(_Strict):
+    key: Slug
+    path: Path
+    description: str = ""
+    model: Model
+    runner: RunnerProfile
+    launch: Launch
+    expect: dict[str, StrictBool] = Field(default_factory=dict, description="expectations shared by every variant")
+    variants: list[Variant] = Field(min_length=1)
+    workloads: list[Workload] = Field(default_factory=list)
+
+    @field_validator("expect")
+    @classmethod
+    def _intents_known(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return _check_intents(value)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Deployment:
+        seen: set[str] = set()
+        for i, variant in enumerate(self.variants):
+            if variant.id in seen:
+                raise ValueError(f"variants[{i}].id: duplicate variant id {variant.id!r}")
+            seen.add(variant.id)
+            if variant.speculative and not self.launch.speculative and not variant.speculative.algorithm:
+                raise ValueError(f"variants[{i}].speculative: no algorithm here nor in [launch.speculative]")
+        if self.launch.tp_size > self.runner.gpu_count:
+            raise ValueError(f"launch.tp_size: {self.launch.tp_size} exceeds runner.gpu_count {self.runner.gpu_count}")
+        return self
+
+    @property
+    def config_path(self) -> Path:
+        return (self.path.parent / self.model.config).resolve()
+
+    @property
+    def architectures(self) -> tuple[str, ...]:
+        return tuple(self.hf_config().get("architectures", []))
+
+    def hf_config(self) -> dict[str, Any]:
+        """The model's config.json (checked readable and an object when the deployment was loaded)."""
+        data: dict[str, Any] = json.loads(self.config_path.read_text())
+        return data
+
+    def variant(self, variant_id: str) -> Variant:
+        for v in self.variants:
+            if v.id == variant_id:
+                return v
+        raise KeyError(f"{self.path}: no variant {variant_id!r}; have {[v.id for v in self.variants]}")
+
+    def speculative_for(self, variant: Variant) -> Speculative | None:
+        base = self.launch.speculative
+        if variant.speculative is None:
+            return base
+        override = variant.speculative.model_dump(exclude_none=True)
+        merged = {**(base.model_dump() if base else {}), **override}
+        return Speculative(**merged)
+
+    def expectations_for(self, variant: Variant) -> dict[str, Any]:
+        """Every intent this variant is checked on: shared, then variant, then what it requests."""
+        expected: dict[str, Any] = {**self.expect, **variant.expect, **variant.request}
+        spec = self.speculative_for(variant)
+        if spec is not None:
+            expected[SPECULATIVE] = spec
+        return expected
+
+
+def _field_path(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def _describe(error: dict[str, Any], raw: dict[str, Any]) -> str:
+    loc = tuple(error["loc"])
+    where = _field_path(loc)
+    if error["type"] == "extra_forbidden":
+        return f"{where}: unknown field"
+    if error["type"] == "missing":
+        return f"{where}: required field is missing"
+    if error["type"] == "string_pattern_mismatch":
+        pattern = error.get("ctx", {}).get("pattern", "")
+        return f"{where}: {error['input']!r} is not allowed; expected {PATTERN_MEANING.get(pattern, pattern)}"
+    message = error["msg"].removeprefix("Value error, ")
+    # Name variants by id as well as by index: people edit by id.
+    if loc[:1] == ("variants",) and len(loc) > 1 and isinstance(loc[1], int):
+        try:
+            message += f" (variant {raw['variants'][loc[1]]['id']!r})"
+        except (KeyError, IndexError, TypeError):
+            pass
+    return f"{where}: {message}"
+
+
+def load(path: str | Path) -> Deployment:
+    """Read and validate one deployment file."""
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise DeploymentError(f"{path}: no such deployment file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise DeploymentError(f"{path}: not valid TOML: {exc}") from None
+    raw.setdefault("key", path.stem)
+    if raw["key"] != path.stem:
+        raise DeploymentError(f"{path}: key: {raw['key']!r} must match the file name {path.stem!r}")
+    try:
+        deployment = Deployment(**raw, path=path)
+    except ValidationError as exc:
+        problems = "\n".join(f"  - {_describe(e, raw)}" for e in exc.errors(include_url=False))
+        raise DeploymentError(f"{path}: invalid deployment file:\n{problems}") from None
+    _check_files(deployment)
+    return deployment
+
+
+def _check_files(deployment: Deployment) -> None:
+    config = deployment.config_path
+    try:
+        data = json.loads(config.read_text())
+    except FileNotFoundError:
+        raise DeploymentError(
+            f"{deployment.path}: model.config: {config} does not exist "
+            "(preflight needs the model's config.json; ship it under models/)"
+        ) from None
+    except json.JSONDecodeError as exc:
+        raise DeploymentError(f"{deployment.path}: model.config: {config} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict) or not data.get("architectures"):
+        raise DeploymentError(f"{deployment.path}: model.config: {config} has no 'architectures' list")
+    for i, workload in enumerate(deployment.workloads):
+        prompts = (deployment.path.parent / workload.prompts).resolve()
+        if not prompts.is_file():
+            raise DeploymentError(f"{deployment.path}: workloads[{i}].prompts: {prompts} does not exist")
+
+
+def discover(paths: list[str | Path]) -> list[Deployment]:
+    """Load deployment files and directories of them (``*.toml``), sorted by key."""
+    files: list[Path] = []
+    for p in map(Path, paths):
+        files.extend(sorted(p.glob("*.toml")) if p.is_dir() else [p])
+    if not files:
+        raise DeploymentError(f"no deployment files found in {', '.join(map(str, paths))}")
+    return sorted((load(f) for f in files), key=lambda d: d.key)

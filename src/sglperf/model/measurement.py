@@ -1,0 +1,127 @@
+"""Measurement records: provenance, per-metric comparisons, and what one measurement item reports.
+
+`MeasurementRecord` is what `<results>/measurements/<key>.json` holds (plus the meter's raw
+per-request record under "result", which sglperf writes for people and tools but never reads back).
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from sglperf.model.metrics import MetricOutcome
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Provenance(_Strict):
+    """Where and with what a measurement ran: every field can explain a change."""
+
+    sglang_version: str
+    torch_version: str = "unknown"
+    cuda_version: str = "unknown"
+    driver_version: str = "unknown"
+    gpu_names: tuple[str, ...] = ()
+    gpu_count: int = 0
+    runner: str
+    emulated: bool = False  # recorded against the emulator: never comparable with GPU numbers
+    harness_version: str = "unknown"
+    git_commit: str = "unknown"
+    date: str
+    effective_args_digest: str
+    launch_command: str
+    dummy_weights: bool = False
+
+
+class SampleSummary(_Strict):
+    n: int
+    median: float
+    p10: float
+    p90: float
+
+
+class BaselineStatus(str, Enum):
+    """What happened with a measurement's baseline."""
+
+    COMPARED = "compared"
+    MISSING = "missing"
+    MISMATCH = "mismatch"  # another runner profile, GPU model or count, or emulator vs GPU
+    UNREADABLE = "unreadable"
+    RECORDED = "recorded"
+    REFUSED = "refused"  # --update-baselines for a variant whose effective args are wrong
+
+
+class MetricComparison(BaseModel):
+    """One metric against its baseline, as written to results (`baselines.stats.Comparison` in short)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    metric: str
+    baseline_median: float
+    current_median: float
+    change: float  # relative, positive is better
+    threshold: float
+    p_value: float
+    outcome: MetricOutcome
+    message: str
+    n_baseline: int
+    n_current: int
+
+
+class MeasurementRecord(BaseModel):
+    """One (variant, workload, concurrency): samples, summaries, baseline verdict and provenance."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    key: str
+    deployment: str
+    variant: str
+    workload: str
+    concurrency: int
+    emulated: bool
+    sglang_version: str
+    provenance: Provenance
+    samples: dict[str, list[float]]  # metric -> one value per round
+    summary: dict[str, SampleSummary]
+    baseline: str  # the baseline file's path
+    baseline_status: BaselineStatus = BaselineStatus.COMPARED
+    baseline_samples: dict[str, list[float]] = Field(default_factory=dict)
+    comparisons: list[MetricComparison] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+    problems: list[str] = Field(default_factory=list)  # why the item fails, one line each
+    changes: list[str] = Field(default_factory=list)  # what a baseline refresh changed
+    skip_reason: str | None = Field(default=None, exclude=True)  # the item skips (policy "skip")
+
+    @property
+    def medians(self) -> dict[str, float]:
+        return {metric: s.median for metric, s in self.summary.items()}
+
+    @property
+    def outcomes(self) -> dict[str, MetricOutcome]:
+        return {c.metric: c.outcome for c in self.comparisons}
+
+    def row(self) -> MeasurementRow:
+        return MeasurementRow(
+            key=self.key,
+            emulated=self.emulated,
+            status=self.baseline_status,
+            medians=self.medians,
+            outcomes=self.outcomes,
+            changes=self.changes,
+        )
+
+
+class MeasurementRow(BaseModel):
+    """A measurement in short, for the run's terminal summary (travels from xdist workers as JSON)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    key: str
+    emulated: bool
+    status: BaselineStatus
+    medians: dict[str, float]
+    outcomes: dict[str, MetricOutcome]
+    changes: list[str]

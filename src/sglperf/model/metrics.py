@@ -1,0 +1,62 @@
+"""The metric table: every measured metric's name, unit, direction and default regression floor.
+
+The meter, the statistics, the regression check, the report and the plots all read this table, so
+a metric is added (or its unit corrected) in one place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+
+class Direction(str, Enum):
+    HIGHER_IS_BETTER = "higher"
+    LOWER_IS_BETTER = "lower"
+
+
+class MetricOutcome(str, Enum):
+    """One metric's verdict against its baseline."""
+
+    REGRESSION = "regression"
+    IMPROVEMENT = "improvement"
+    UNCHANGED = "unchanged"
+    INSUFFICIENT = "insufficient"  # too few samples to judge; never counts as a pass
+
+    @property
+    def fails(self) -> bool:
+        return self in (MetricOutcome.REGRESSION, MetricOutcome.INSUFFICIENT)
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    unit: str
+    direction: Direction
+    # Relative floor: the smallest change worth failing a release for, given the metric's run-to-run
+    # noise (`sglperf.baselines.stats` explains the numbers).
+    default_threshold: float
+    label: str  # column heading in tables
+
+
+METRICS: dict[str, Metric] = {
+    m.name: m
+    for m in (
+        # Steady-state decode is the quietest timing (~1-2% CV).
+        Metric("decode_tok_s", "tok/s", Direction.HIGHER_IS_BETTER, 0.03, "decode tok/s"),
+        # Prefill plus scheduling and queueing jitter.
+        Metric("ttft_s", "s", Direction.LOWER_IS_BETTER, 0.05, "TTFT s"),
+        # Per-token gap, same kernels as decode throughput.
+        Metric("itl_s", "s", Direction.LOWER_IS_BETTER, 0.03, "ITL s"),
+        # Sums TTFT jitter with decode.
+        Metric("e2e_s", "s", Direction.LOWER_IS_BETTER, 0.05, "E2E s"),
+        # A mean over thousands of draft steps: low noise, sensitive to model changes.
+        Metric("accept_length", "tok/step", Direction.HIGHER_IS_BETTER, 0.03, "accept"),
+    )
+}
+METRIC_NAMES = tuple(METRICS)
+
+
+def unit_of(metric: str) -> str:
+    known = METRICS.get(metric)
+    return known.unit if known else ""

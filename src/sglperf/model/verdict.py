@@ -1,0 +1,84 @@
+"""Verdict records: one intent of one variant, judged in one tier."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+
+class Status(str, Enum):
+    PASS = "pass"
+    FAIL = "fail"
+    UNPROVEN = "unproven"  # the effective args cannot prove it; never counted as passed
+    ERROR = "error"  # SGLang refused the variant (unknown flag, validation error)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    deployment: str
+    variant: str
+    intent: str
+    expected: str
+    actual: str | None
+    status: Status
+    detail: str
+    sglang_version: str
+    reasons: tuple[str, ...] = ()  # SGLang rules and log lines that explain the actual value
+    warnings: tuple[str, ...] = ()
+    tier: str = "preflight"
+
+    @property
+    def ok(self) -> bool | None:
+        """True passed, False failed or errored, None unproven."""
+        return {Status.PASS: True, Status.UNPROVEN: None}.get(self.status, False)
+
+    @property
+    def test_id(self) -> str:
+        return f"{self.deployment}-{self.variant}-{self.intent}"
+
+    def message(self) -> str:
+        head = (
+            f"{self.test_id}: {self.intent} expected {self.expected}, effective {self.actual} "
+            f"(SGLang {self.sglang_version}, {self.tier})"
+            if self.status != Status.ERROR
+            else f"{self.test_id}: SGLang {self.sglang_version} refused the variant"
+        )
+        lines = [head, f"  {self.detail}"]
+        lines += [f"  because: {r}" for r in self.reasons]
+        lines += [f"  warning: {w}" for w in self.warnings]
+        return "\n".join(lines)
+
+    def to_record(self) -> dict[str, Any]:
+        """The JSON record (`--json`, verdicts*.jsonl); `from_record` reads it back."""
+        return {
+            "deployment": self.deployment,
+            "variant": self.variant,
+            "intent": self.intent,
+            "expected": self.expected,
+            "actual": self.actual,
+            "ok": self.ok,
+            "status": self.status.value,
+            "detail": self.detail,
+            "reasons": list(self.reasons),
+            "warnings": list(self.warnings),
+            "sglang_version": self.sglang_version,
+            "tier": self.tier,
+        }
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> Verdict:
+        return cls(
+            deployment=str(record["deployment"]),
+            variant=str(record["variant"]),
+            intent=str(record["intent"]),
+            expected=str(record["expected"]),
+            actual=None if record.get("actual") is None else str(record["actual"]),
+            status=Status(record["status"]),
+            detail=str(record.get("detail", "")),
+            sglang_version=str(record.get("sglang_version", "unknown")),
+            reasons=tuple(record.get("reasons", ())),
+            warnings=tuple(record.get("warnings", ())),
+            tier=str(record.get("tier", "preflight")),
+        )

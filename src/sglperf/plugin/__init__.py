@@ -1,0 +1,177 @@
+"""pytest plugin: every deployment file becomes test items, per (variant, intent) and tier.
+
+A thin layer: collection turns deployments into items; running an item asks the run's session
+(`sglperf.session`) for a verdict and reports it. Ids: `<deployment>-<variant>-<intent>` (preflight),
+`<deployment>-<variant>-<intent>-live`, `<deployment>-<variant>-live-vs-preflight`,
+`<deployment>-<variant>-<workload>-c<concurrency>` (measurements).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sglperf.plugin.items import DeploymentFile, LiveTierItem
+from sglperf.plugin.keys import LIVE_KEY, PREFLIGHT_KEY, SIGTERM_KEY
+from sglperf.plugin.summary import RunSummary
+from sglperf.runtime import gpus, server
+from sglperf.session import LiveOptions, LiveSession, PreflightSession
+from sglperf.sglang import envs
+
+RESULTS_DIR_INPUT = "sglperf_results_dir"
+TIER_MARKERS = {
+    "preflight": "SGLang's own argument resolution on the CPU, runner GPUs simulated",
+    "live": "a real (or emulated) SGLang server per variant",
+    "measure": "decode speed, TTFT, ITL and MTP acceptance against baselines",
+}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("sglperf", "SGLang performance-regression suite")
+    add = group.addoption
+    add("--sglang-python", metavar="PATH", help="interpreter of the SGLang environment to use (default: this one)")
+    add(
+        "--sglang-version",
+        metavar="VERSION",
+        help="use sglperf's managed environment for this SGLang release (built on first use)",
+    )
+    add(
+        "--emulator",
+        action="store_true",
+        help="run the live tier against the SGLang emulator (a test double; its numbers are not GPU results)",
+    )
+    add("--emulator-config", metavar="JSON|@FILE", help="timing model and faults for the emulator")
+    add("--model-path", metavar="PATH", help="checkpoint path on this runner (or $SGLPERF_MODEL_PATH)")
+    add("--api-key", metavar="KEY", help="API key the servers require (or $SGLPERF_API_KEY)")
+    add("--results-dir", metavar="DIR", help="where server logs and results go (default: results/<UTC time>)")
+    add(
+        "--ignore-runner-mismatch",
+        action="store_true",
+        help="run live items even if the visible GPUs differ from the deployment's runner profile",
+    )
+    add("--gpu-timeout", type=float, default=3600.0, metavar="S", help="how long to wait for a free GPU set")
+    add("--baselines-dir", metavar="DIR", help="baseline store (default: <rootdir>/baselines)")
+    add(
+        "--update-baselines",
+        action="store_true",
+        help="record the measured samples as the new baselines (refused for variants whose effective args are wrong)",
+    )
+    add("--baseline-missing", choices=("fail", "skip"), default="fail", help="what a measurement without baseline does")
+    add(
+        "--baseline-mismatch",
+        choices=("fail", "skip"),
+        default="fail",
+        help="what a baseline from another runner profile, GPU model or GPU count does",
+    )
+    parser.addini("sglperf_deployments", "folder holding deployment files", default="deployments")
+
+
+def _results_dir(config: pytest.Config) -> Path:
+    chosen = config.getoption("results_dir") or getattr(config, "workerinput", {}).get(RESULTS_DIR_INPUT)
+    if chosen:
+        return Path(chosen)
+    stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    return config.rootpath / "results" / stamp
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """xdist: every worker writes into the controller's results folder."""
+    node.workerinput[RESULTS_DIR_INPUT] = str(node.config.stash[LIVE_KEY].options.results_dir)
+
+
+def _raise_keyboard_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(RunSummary(config), "sglperf-run-summary")
+    for name, meaning in TIER_MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {meaning}")
+
+    def progress(message: str) -> None:
+        # Looked up per call: the terminal reporter does not exist yet while plugins configure.
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(f"[sglperf] {message}")
+        else:
+            print(f"[sglperf] {message}", file=sys.stderr, flush=True)
+
+    chosen: list[str] = []
+
+    def python() -> str:
+        if not chosen:
+            chosen.append(
+                envs.choose_python(config.getoption("sglang_python"), config.getoption("sglang_version"), progress)
+            )
+        return chosen[0]
+
+    config.stash[PREFLIGHT_KEY] = PreflightSession(python)
+    options = LiveOptions(
+        emulator=config.getoption("emulator"),
+        emulator_config=config.getoption("emulator_config"),
+        model_path=config.getoption("model_path"),
+        api_key=config.getoption("api_key"),
+        results_dir=_results_dir(config),
+        ignore_runner_mismatch=config.getoption("ignore_runner_mismatch"),
+        gpu_timeout_s=config.getoption("gpu_timeout"),
+        baselines_dir=Path(config.getoption("baselines_dir") or config.rootpath / "baselines"),
+        update_baselines=config.getoption("update_baselines"),
+        baseline_missing=config.getoption("baseline_missing"),
+        baseline_mismatch=config.getoption("baseline_mismatch"),
+        root=config.rootpath,
+    )
+    config.stash[LIVE_KEY] = LiveSession(options, config.stash[PREFLIGHT_KEY], progress)
+    # SIGTERM (CI cancel, xdist shutting a worker down) unwinds like Ctrl-C, so servers are torn down.
+    try:
+        config.stash[SIGTERM_KEY] = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    except ValueError:
+        pass  # not the main thread
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    previous = config.stash.get(SIGTERM_KEY, None)
+    if previous is not None:
+        signal.signal(signal.SIGTERM, previous)
+    live = config.stash.get(LIVE_KEY, None)
+    if live is not None:
+        live.close()
+    pre = config.stash.get(PREFLIGHT_KEY, None)
+    if pre is not None:
+        pre.close()
+    server.stop_all()
+
+
+def _deployments_dir(config: pytest.Config) -> Path:
+    return (config.rootpath / config.getini("sglperf_deployments")).resolve()
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    if file_path.suffix == ".toml" and file_path.parent.resolve() == _deployments_dir(parent.config):
+        return DeploymentFile.from_parent(parent, path=file_path)
+    return None
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Stop a variant's server once its last item ran here, freeing its GPUs for the next one."""
+    if not isinstance(item, LiveTierItem):
+        return
+    if isinstance(nextitem, LiveTierItem) and nextitem.variant_key == item.variant_key:
+        return
+    item.live().stop()
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    live = config.stash[LIVE_KEY]
+    lines = [f"sglperf results: {live.options.results_dir}"]
+    if live.options.emulator:
+        lines.append("sglperf live tier: SGLang EMULATOR (test double) - its numbers are not GPU results")
+    if os.environ.get(gpus.SIMULATED_ENV):
+        lines.append(f"sglperf GPUs: simulated ({os.environ[gpus.SIMULATED_ENV]})")
+    return lines

@@ -1,0 +1,207 @@
+"""Collection: a deployment file becomes one collector per variant and one item per (intent, tier),
+per live-vs-preflight drift, and per (workload, concurrency) measurement."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sglperf import preflight
+from sglperf.measure.meter import MeterError
+from sglperf.model.deployment import Deployment, DeploymentError, Variant, load
+from sglperf.model.verdict import Status, Verdict
+from sglperf.plugin.keys import LIVE_KEY, PREFLIGHT_KEY
+from sglperf.runtime import server
+from sglperf.session import LiveSession, LiveSkip
+
+MEASUREMENT_PROPERTY = "sglperf_measurement"
+
+
+class ItemFailure(Exception):
+    """A failure sglperf explains in full: shown as its message, without a traceback."""
+
+
+# Failures whose message already says what went wrong and what to do.
+EXPLAINED = (ItemFailure, DeploymentError, preflight.PreflightError, server.ServerStartError, MeterError)
+
+
+def explained(excinfo: pytest.ExceptionInfo[BaseException]) -> str | None:
+    return str(excinfo.value) if isinstance(excinfo.value, EXPLAINED) else None
+
+
+def _skip(reason: str) -> pytest.skip.Exception:
+    # Reported where the item is, not at this line of the plugin.
+    return pytest.skip.Exception(reason, _use_item_location=True)
+
+
+class DeploymentFile(pytest.File):
+    def collect(self) -> Iterator[pytest.Collector]:
+        deployment = load(self.path)
+        for variant in deployment.variants:
+            yield VariantNode.from_parent(self, name=variant.id, deployment=deployment)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
+        return explained(excinfo) or super().repr_failure(excinfo)
+
+
+class VariantNode(pytest.Collector):
+    """One variant's items. Under `pytest -n N --dist loadscope` a variant stays on one worker,
+    so each variant's server is started once."""
+
+    def __init__(self, *, deployment: Deployment, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.deployment = deployment
+
+    def collect(self) -> Iterator[pytest.Item]:
+        d, variant = self.deployment, self.deployment.variant(self.name)
+        expectations = d.expectations_for(variant)
+        for intent in expectations:
+            yield PreflightItem.from_parent(
+                self, name=f"{d.key}-{variant.id}-{intent}", deployment=d, variant_id=variant.id, intent=intent
+            )
+        for intent in expectations:
+            yield LiveItem.from_parent(
+                self, name=f"{d.key}-{variant.id}-{intent}-live", deployment=d, variant_id=variant.id, intent=intent
+            )
+        yield DriftItem.from_parent(
+            self, name=f"{d.key}-{variant.id}-live-vs-preflight", deployment=d, variant_id=variant.id, intent=""
+        )
+        for workload in d.workloads:
+            for concurrency in workload.concurrency:
+                yield MeasureItem.from_parent(
+                    self,
+                    name=f"{d.key}-{variant.id}-{workload.id}-c{concurrency}",
+                    deployment=d,
+                    variant_id=variant.id,
+                    intent="",
+                    workload_id=workload.id,
+                    concurrency=concurrency,
+                )
+
+
+class SglperfItem(pytest.Item):
+    tier = ""
+
+    def __init__(self, *, deployment: Deployment, variant_id: str, intent: str, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.deployment = deployment
+        self.variant_id = variant_id
+        self.intent = intent
+        self.add_marker(getattr(pytest.mark, self.tier))
+        self.user_properties.append(("sglperf_tier", self.tier))
+
+    @property
+    def variant_key(self) -> tuple[str, str]:
+        return (str(self.deployment.path.resolve()), self.variant_id)
+
+    def report_verdict(self, verdict: Verdict) -> None:
+        _append_verdict(self.config, verdict)
+        self.user_properties += [
+            ("sglang_version", verdict.sglang_version),
+            ("expected", verdict.expected),
+            ("effective", str(verdict.actual)),
+            ("verdict", verdict.status.value),
+        ]
+        if verdict.status == Status.UNPROVEN:
+            raise _skip(f"unproven in {verdict.tier}: {verdict.detail}")
+        if verdict.status != Status.PASS:
+            raise ItemFailure(verdict.message())
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
+        return explained(excinfo) or super().repr_failure(excinfo)
+
+    def reportinfo(self) -> tuple[Path, int, str]:
+        return self.path, 0, f"{self.tier} {self.name}"
+
+
+class PreflightItem(SglperfItem):
+    tier = "preflight"
+
+    def runtest(self) -> None:
+        self.report_verdict(self.config.stash[PREFLIGHT_KEY].verdict(self.deployment, self.variant_id, self.intent))
+
+
+class LiveTierItem(SglperfItem):
+    """An item that needs the variant's server (live checks, drift, measurements)."""
+
+    tier = "live"
+
+    def live(self) -> LiveSession:
+        return self.config.stash[LIVE_KEY]
+
+    def setup(self) -> None:
+        reason = self.live().skip_reason(self.deployment)
+        if reason:
+            raise _skip(reason)
+
+    def variant(self) -> Variant:
+        return self.deployment.variant(self.variant_id)
+
+
+class LiveItem(LiveTierItem):
+    def runtest(self) -> None:
+        try:
+            verdicts = self.live().verdicts(self.deployment, self.variant())
+        except LiveSkip as exc:
+            raise _skip(str(exc)) from None
+        self.report_verdict(next(v for v in verdicts if v.intent == self.intent))
+
+
+class DriftItem(LiveTierItem):
+    def runtest(self) -> None:
+        found, lines = self.live().drift(self.deployment, self.variant())
+        self.user_properties.append(("drift", "; ".join(lines)))
+        if lines:
+            self.add_report_section("call", "live vs preflight", "\n".join(lines))
+        if found.intent_fields:
+            raise ItemFailure(
+                f"{self.name}: preflight mispredicted fields that intents read: "
+                + "; ".join(lines[: len(found.intent_fields)])
+            )
+
+
+class MeasureItem(LiveTierItem):
+    tier = "measure"
+
+    def __init__(self, *, workload_id: str, concurrency: int, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.workload_id = workload_id
+        self.concurrency = concurrency
+
+    def runtest(self) -> None:
+        workload = next(w for w in self.deployment.workloads if w.id == self.workload_id)
+        try:
+            record = self.live().measure(self.deployment, self.variant(), workload, self.concurrency)
+        except LiveSkip as exc:
+            raise _skip(str(exc)) from None
+        self.user_properties.append((MEASUREMENT_PROPERTY, record.row().model_dump_json()))
+        for metric, s in sorted(record.summary.items()):
+            self.user_properties.append((f"median_{metric}", s.median))
+        lines = [
+            f"{m}: median {s.median:.4g} (p10 {s.p10:.4g}, p90 {s.p90:.4g}, n={s.n})"
+            for m, s in sorted(record.summary.items())
+        ]
+        lines += [c.message for c in record.comparisons] + [f"note: {n}" for n in record.notes]
+        lines += [f"baseline: {c}" for c in record.changes]
+        self.add_report_section(
+            "call", "measurement" + (" (EMULATOR, not GPU results)" if record.emulated else ""), "\n".join(lines)
+        )
+        if record.skip_reason:
+            raise _skip(record.skip_reason)
+        if record.problems:
+            context = f" ({'; '.join(record.notes)})" if record.notes else ""
+            raise ItemFailure("\n".join([f"{record.key}{context}:", *(f"  {p}" for p in record.problems)]))
+
+
+def _append_verdict(config: pytest.Config, verdict: Verdict) -> None:
+    """One JSON line per verdict; one file per pytest process, so xdist workers never interleave."""
+    folder = config.stash[LIVE_KEY].options.results_dir
+    folder.mkdir(parents=True, exist_ok=True)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    with open(folder / f"verdicts-{worker}.jsonl", "a") as fh:
+        fh.write(json.dumps(verdict.to_record(), sort_keys=True) + "\n")

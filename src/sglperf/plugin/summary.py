@@ -1,0 +1,89 @@
+"""The run's end: a table of measurements (from xdist workers too), baseline changes, the report."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sglperf.model.measurement import MeasurementRow
+from sglperf.model.metrics import METRICS, MetricOutcome
+from sglperf.plugin.items import MEASUREMENT_PROPERTY
+from sglperf.plugin.keys import LIVE_KEY
+from sglperf.reporting import markdown
+from sglperf.reporting.run_results import MEASUREMENTS_DIR, ResultsError
+
+# Columns of the terminal table: (metric, heading, scale, format).
+COLUMNS = (
+    ("decode_tok_s", 1.0, "12.1f"),
+    ("ttft_s", 1.0, "9.3f"),
+    ("itl_s", 1000.0, "8.2f"),
+    ("accept_length", 1.0, "7.2f"),
+)
+
+
+class RunSummary:
+    """Collects measurement rows and ends the run with the table and the report."""
+
+    def __init__(self, config: pytest.Config):
+        self.config = config
+        self.rows: list[MeasurementRow] = []
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "call":
+            self.rows += [
+                MeasurementRow.model_validate_json(str(v))
+                for k, v in report.user_properties
+                if k == MEASUREMENT_PROPERTY
+            ]
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        tr = terminalreporter
+        if self.rows:
+            emulated = any(r.emulated for r in self.rows)
+            tr.section("sglperf measurements" + (" (EMULATOR: a test double, not GPU results)" if emulated else ""))
+            headings = [_heading(metric, scale, fmt) for metric, scale, fmt in COLUMNS]
+            tr.write_line(f"{'item':44} {' '.join(headings)}  baseline")
+            for row in sorted(self.rows, key=lambda r: r.key):
+                tr.write_line(summary_line(row))
+            changes = [c for r in self.rows for c in r.changes]
+            if changes:
+                tr.section("sglperf baseline changes")
+                for line in changes:
+                    tr.write_line(line)
+        folder = self.config.stash[LIVE_KEY].options.results_dir
+        if not hasattr(self.config, "workerinput") and folder.is_dir():
+            try:
+                tr.write_line(f"sglperf report: {markdown.write(folder, history=history_dirs(folder))}")
+            except ResultsError:
+                pass  # nothing was recorded in this run
+
+
+def _heading(metric: str, scale: float, fmt: str) -> str:
+    width = int(fmt.split(".", maxsplit=1)[0])
+    label = METRICS[metric].label.replace(" s", " ms") if scale == 1000.0 else METRICS[metric].label
+    return f"{label:>{width}}"
+
+
+def summary_line(row: MeasurementRow) -> str:
+    regressed = [k for k, v in row.outcomes.items() if v.fails]
+    improved = [k for k, v in row.outcomes.items() if v is MetricOutcome.IMPROVEMENT]
+    verdict = (
+        f"REGRESSION: {', '.join(regressed)}"
+        if regressed
+        else f"improved: {', '.join(improved)} (refresh with --update-baselines)"
+        if improved
+        else row.status.value
+    )
+    cells = [format(row.medians.get(metric, math.nan) * scale, fmt) for metric, scale, fmt in COLUMNS]
+    return f"{row.key:44} {' '.join(cells)}  {verdict}"
+
+
+def history_dirs(folder: Path) -> list[Path]:
+    """Earlier results folders next to this one (the nights before), for the history plots."""
+    parent = folder.resolve().parent
+    return sorted(
+        p for p in parent.iterdir() if p.is_dir() and p != folder.resolve() and (p / MEASUREMENTS_DIR).is_dir()
+    )

@@ -1,0 +1,264 @@
+"""Preflight: SGLang's own argument resolution, run on the CPU with the runner's GPUs simulated.
+
+A worker process under the chosen interpreter imports the installed SGLang once (seconds), then
+resolves each variant's argv in milliseconds. Results are cached on disk per (interpreter, SGLang
+version, argv, environment, runner profile, model config), so a warm deployment check does not
+start the worker at all.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import json
+import os
+import queue
+import subprocess
+import tempfile
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock
+
+from sglperf.model.deployment import RunnerProfile
+from sglperf.model.files import write_text_atomic
+from sglperf.model.resolution import LogLine, Resolution, SGLangError, Write
+from sglperf.sglang import envs
+from sglperf.sglang.intents import Option, ParserInfo
+
+PROBE = Path(__file__).with_name("probe.py")
+# Log lines caused by the simulation itself, not by the deployment: no NVML library in the
+# resolution environment, and a model folder holding only config.json.
+SIMULATION_ARTEFACTS = ("Failed to import pynvml", "generation_config.json")
+STARTUP_TIMEOUT_S = 300.0
+JOB_TIMEOUT_S = 120.0
+
+
+class PreflightError(RuntimeError):
+    """The preflight could not ask SGLang at all (no interpreter, no SGLang, worker crashed)."""
+
+
+def resolution_from_probe(argv: Sequence[str], env: dict[str, str], raw: dict[str, Any], cached: bool) -> Resolution:
+    """The worker's JSON answer for one variant, as a record; simulation artefacts dropped."""
+    error = raw.get("error")
+    return Resolution(
+        argv=tuple(argv),
+        env=dict(env),
+        effective=raw.get("effective"),
+        logs=tuple(
+            LogLine(**line)
+            for line in raw.get("logs", [])
+            if not any(a in line["message"] for a in SIMULATION_ARTEFACTS)
+        ),
+        writes=tuple(
+            Write(**{k: w.get(k) for k in Write.__dataclass_fields__ if k in w}) for w in raw.get("writes", [])
+        ),
+        error=SGLangError(error["type"], error["message"]) if error else None,
+        seconds=raw.get("seconds", 0.0),
+        cached=cached,
+    )
+
+
+@dataclass(frozen=True)
+class Release:
+    python: str
+    version: str
+    parser: ParserInfo
+    stubbed_modules: tuple[str, ...] = ()
+
+
+def _digest(payload: Any) -> str:
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:24]
+
+
+def installed_sglang(python: str) -> tuple[str, float]:
+    """(version, install time) of SGLang under ``python``, without importing SGLang."""
+    if not Path(python).exists():
+        raise PreflightError(
+            f"interpreter {python} does not exist; pass the Python of your SGLang environment "
+            "(--sglang-python / --python) or a release to use (--sglang-version / --sglang)"
+        )
+    code = (
+        "import importlib.metadata as m, json, os\n"
+        "try:\n d = m.distribution('sglang'); print(json.dumps([d.version, os.path.getmtime(d._path)]))\n"
+        "except m.PackageNotFoundError: print('null')"
+    )
+    proc = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60)
+    found = json.loads(proc.stdout.strip() or "null") if proc.returncode == 0 else None
+    if not found:
+        raise PreflightError(
+            f"no SGLang installed for {python}. Either let sglperf build an environment for a release "
+            "(`sglperf env build 0.5.23`, then `--sglang 0.5.23` / `--sglang-version 0.5.23`), or install it "
+            f"there: `{python} -m pip install --no-deps sglang==VERSION` plus its light requirements "
+            "(see README, 'SGLang environments')."
+        )
+    return found[0], found[1]
+
+
+class _Worker:
+    """One probe process: import once, resolve many."""
+
+    def __init__(self, python: str, profile: RunnerProfile):
+        self._stderr = tempfile.NamedTemporaryFile(prefix="sglperf-probe-", suffix=".log", delete=False)
+        self.proc = subprocess.Popen(
+            [python, str(PROBE)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            text=True,
+            bufsize=1,
+            start_new_session=True,
+        )
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._pump, daemon=True).start()
+        atexit.register(self.close)
+        self.hello = self.ask({"profile": profile.as_probe_profile()}, STARTUP_TIMEOUT_S, "importing SGLang")
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._lines.put(line)
+        self._lines.put(None)
+
+    def ask(self, payload: dict[str, Any], timeout: float, doing: str) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(json.dumps(payload) + "\n")
+            self.proc.stdin.flush()
+            line = self._lines.get(timeout=timeout)
+        except (BrokenPipeError, queue.Empty):
+            line = None
+        if line is None:
+            self.close()
+            raise PreflightError(
+                f"the SGLang probe died or hung while {doing} (limit {timeout:.0f} s); "
+                f"its output ends with:\n{self.stderr_tail()}"
+            )
+        return json.loads(line)
+
+    def stderr_tail(self, lines: int = 25) -> str:
+        try:
+            return "\n".join(Path(self._stderr.name).read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no output)"
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                assert self.proc.stdin is not None
+                self.proc.stdin.close()
+                self.proc.wait(timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait()
+        try:
+            os.unlink(self._stderr.name)
+        except OSError:
+            pass
+
+
+class Resolver:
+    """Resolves argv lists with one SGLang installation under one simulated runner profile."""
+
+    def __init__(self, python: str, profile: RunnerProfile, cache_dir: Path | None = None):
+        self.python = python
+        self.profile = profile
+        self.version, installed_at = installed_sglang(python)
+        self.cache_dir = (
+            cache_dir
+            if cache_dir is not None
+            else Path(os.environ.get("SGLPERF_PREFLIGHT_CACHE", envs.home() / "preflight"))
+        )
+        self._key_base = {
+            "python": os.path.realpath(python),
+            "sglang": self.version,
+            "installed_at": installed_at,
+            "probe": hashlib.sha256(PROBE.read_bytes()).hexdigest(),
+            "profile": profile.as_probe_profile(),
+        }
+        self._worker: _Worker | None = None
+        self._release: Release | None = None
+
+    def _cached(self, key: str) -> dict[str, Any] | None:
+        path = self.cache_dir / f"{key}.json"
+        try:
+            return json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            return None
+
+    def _store(self, key: str, payload: dict[str, Any]) -> None:
+        write_text_atomic(self.cache_dir / f"{key}.json", json.dumps(payload), fsync=False)
+
+    def _ensure_worker(self) -> _Worker:
+        if self._worker is None:
+            worker = _Worker(self.python, self.profile)
+            error = worker.hello.get("error")
+            if error:
+                tail = worker.stderr_tail()
+                worker.close()
+                if error["type"] == "SGLangNotInstalled":
+                    raise PreflightError(error["message"])
+                raise PreflightError(
+                    f"SGLang {self.version} under {self.python} could not be imported for "
+                    f"preflight: {error['type']}: {error['message']}\n{error.get('traceback', '')}\n{tail}"
+                )
+            self._worker = worker
+        return self._worker
+
+    def release(self) -> Release:
+        if self._release is None:
+            key = _digest({**self._key_base, "what": "release"})
+            hello = self._cached(key)
+            if hello is None:
+                hello = self._ensure_worker().hello
+                self._store(key, {k: v for k, v in hello.items() if k != "import_logs"})
+            options = {
+                flag: Option(
+                    dest=o["dest"],
+                    choices=tuple(o["choices"]) if o["choices"] else None,
+                    default=o["default"],
+                    takes_value=o["takes_value"],
+                    deprecated=o["deprecated"],
+                    help=o["help"],
+                )
+                for flag, o in hello["parser"].items()
+            }
+            lmo = hello.get("language_model_only_architectures")
+            self._release = Release(
+                self.python,
+                hello["sglang_version"],
+                ParserInfo(hello["sglang_version"], options, tuple(lmo) if lmo else None),
+                tuple(hello.get("stubbed_modules", ())),
+            )
+        return self._release
+
+    def resolve(self, jobs: Sequence[tuple[Sequence[str], dict[str, str]]], salt: str = "") -> list[Resolution]:
+        """Resolve each (argv, env); ``salt`` adds what argv does not show (e.g. the config digest)."""
+        keys = [_digest({**self._key_base, "argv": list(argv), "env": env, "salt": salt}) for argv, env in jobs]
+        results: list[Resolution | None] = []
+        for key, (argv, env) in zip(keys, jobs):
+            raw = self._cached(key)
+            results.append(resolution_from_probe(argv, env, raw, cached=True) if raw else None)
+        missing = [i for i, r in enumerate(results) if r is None]
+        if missing:
+            # One lock per cache folder: parallel pytest workers wait instead of importing SGLang twice.
+            self.cache_dir.mkdir(parents=True, exist_ok=True)
+            with FileLock(str(self.cache_dir / f"{keys[missing[0]]}.lock")):
+                for i in missing:
+                    argv, env = jobs[i]
+                    raw = self._cached(keys[i])
+                    if raw is None:
+                        raw = self._ensure_worker().ask(
+                            {"id": i, "argv": list(argv), "env": env}, JOB_TIMEOUT_S, f"resolving {' '.join(argv)}"
+                        )
+                        self._store(keys[i], raw)
+                    results[i] = resolution_from_probe(argv, env, raw, cached=False)
+        return [r for r in results if r is not None]
+
+    def close(self) -> None:
+        if self._worker is not None:
+            self._worker.close()
+            self._worker = None

@@ -1,0 +1,43 @@
+"""The preflight verdicts for a terminal: a fixed-width table, or JSON records."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from sglperf.model.verdict import Status, Verdict
+
+SYMBOL = {Status.PASS: "ok", Status.FAIL: "FAIL", Status.UNPROVEN: "unproven", Status.ERROR: "ERROR"}
+
+
+def _cell(text: str | None, width: int) -> str:
+    text = "-" if text is None else str(text)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def verdict_table(verdicts: Sequence[Verdict]) -> str:
+    """A fixed-width table, then the full explanation of everything that did not pass."""
+    headers = ("deployment", "variant", "intent", "expected", "effective", "verdict")
+    rows = [(v.deployment, v.variant, v.intent, v.expected, v.actual, SYMBOL[v.status]) for v in verdicts]
+    limits = (20, 24, 24, 44, 44, 9)
+    widths = [
+        min(limit, max(len(h), *(len(str(r[i] or "-")) for r in rows))) if rows else len(h)
+        for i, (h, limit) in enumerate(zip(headers, limits))
+    ]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)), "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(_cell(c, w).ljust(w) for c, w in zip(row, widths)) for row in rows]
+    notes = [v.message() for v in verdicts if v.status != Status.PASS]
+    if notes:
+        lines += ["", *notes]
+    counts = {s: sum(v.status == s for v in verdicts) for s in Status}
+    versions = sorted({v.sglang_version for v in verdicts})
+    lines += [
+        "",
+        f"SGLang {', '.join(versions)}: {counts[Status.PASS]} passed, {counts[Status.FAIL]} failed, "
+        f"{counts[Status.ERROR]} errors, {counts[Status.UNPROVEN]} unproven",
+    ]
+    return "\n".join(lines)
+
+
+def verdict_json(verdicts: Sequence[Verdict]) -> str:
+    return json.dumps([v.to_record() for v in verdicts], indent=2, sort_keys=True)

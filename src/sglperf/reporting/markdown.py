@@ -1,0 +1,76 @@
+"""The run report: a results folder as markdown, with its plots."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from sglperf.model.verdict import Status
+from sglperf.reporting import plots
+from sglperf.reporting.run_results import RunResults, collect
+
+REPORT_NAME = "report.md"
+
+
+def _fmt(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return "-" if value is None else str(value)
+
+
+def markdown(run: RunResults, plot_files: Mapping[str, Sequence[Path]] | None = None) -> str:
+    """Per variant: intents with verdicts, then metrics against the baseline."""
+    plot_files = plot_files or {}
+    variants = sorted({(r.deployment, r.variant) for r in (*run.verdicts, *run.measurements)})
+    failed = sum(v.status in (Status.FAIL, Status.ERROR) for v in run.verdicts)
+    regressions = sum(c.outcome.value == "regression" for m in run.measurements for c in m.comparisons)
+    lines = [f"# sglperf report: {run.folder.name}", ""]
+    if run.emulated:
+        lines += [
+            "> Live numbers below come from the **SGLang emulator, a test double**: they are not GPU results.",
+            "",
+        ]
+    lines += [
+        f"{len(variants)} variants, {len(run.verdicts)} intent checks ({failed} failed), "
+        f"{len(run.measurements)} measurements ({regressions} regressions).",
+        "",
+    ]
+    for deployment, variant in variants:
+        lines += [f"## {deployment} / {variant}", ""]
+        checks = [v for v in run.verdicts if (v.deployment, v.variant) == (deployment, variant)]
+        if checks:
+            lines += ["| tier | intent | expected | effective | verdict | detail |", "|---|---|---|---|---|---|"]
+            for v in checks:
+                detail = "; ".join([v.detail, *v.reasons[:1]]).replace("|", "\\|")[:300]
+                lines.append(
+                    f"| {v.tier} | {v.intent} | {v.expected} | {_fmt(v.actual)} | **{v.status.value}** | {detail} |"
+                )
+            lines.append("")
+        for m in (m for m in run.measurements if (m.deployment, m.variant) == (deployment, variant)):
+            lines += [f"### {m.workload} at concurrency {m.concurrency}", ""]
+            if m.notes:
+                lines += [f"Notes: {'; '.join(m.notes)}", ""]
+            comparisons = {c.metric: c for c in m.comparisons}
+            lines += ["| metric | baseline | current | delta | threshold | verdict |", "|---|---:|---:|---:|---:|---|"]
+            for metric, summary in sorted(m.summary.items()):
+                c = comparisons.get(metric)
+                if c:
+                    lines.append(
+                        f"| {metric} | {_fmt(c.baseline_median)} | {_fmt(c.current_median)} | "
+                        f"{c.change * 100:+.1f}% | {c.threshold * 100:.0f}% | **{c.outcome.value}** |"
+                    )
+                else:
+                    lines.append(f"| {metric} | - | {_fmt(summary.median)} | - | - | {m.baseline_status.value} |")
+            lines.append("")
+            for path in plot_files.get(m.key, ()):
+                lines += [f"![{path.stem}](plots/{path.name})", ""]
+    return "\n".join(lines)
+
+
+def write(folder: Path, history: Sequence[Path] = ()) -> Path:
+    """Write report.md and plots/*.png into the results folder; returns the report's path."""
+    run = collect(folder)
+    made = plots.draw(run, folder / "plots", history)
+    path = folder / REPORT_NAME
+    path.write_text(markdown(run, made) + "\n")
+    return path

@@ -1,0 +1,95 @@
+"""PNG plots for the run report: current samples against baseline samples, and metric history."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display on runners
+import matplotlib.pyplot as plt
+import numpy as np
+
+from sglperf.model.measurement import MeasurementRecord
+from sglperf.model.metrics import unit_of
+from sglperf.reporting.run_results import MEASUREMENTS_DIR, ResultsError, RunResults, read_measurement
+
+OUTCOME_COLOUR = {"regression": "#c0392b", "improvement": "#1e8449", "unchanged": "#555555", "insufficient": "#b9770e"}
+
+
+def _strip(ax: Any, x: float, values: Sequence[float], colour: str, rng: np.random.Generator) -> None:
+    if not values:
+        return
+    jitter = rng.uniform(-0.12, 0.12, len(values))
+    ax.scatter(np.full(len(values), x) + jitter, values, s=14, alpha=0.7, color=colour)
+    ax.hlines(float(np.median(values)), x - 0.25, x + 0.25, color=colour, linewidth=2.5)
+
+
+def samples_figure(record: MeasurementRecord, path: Path) -> Path:
+    metrics = sorted(record.samples)
+    comparisons = {c.metric: c for c in record.comparisons}
+    baseline = record.baseline_samples
+    fig, axes = plt.subplots(1, max(1, len(metrics)), figsize=(3.2 * max(1, len(metrics)), 3.6), squeeze=False)
+    rng = np.random.default_rng(0)
+    for ax, metric in zip(axes[0], metrics):
+        comparison = comparisons.get(metric)
+        outcome = comparison.outcome.value if comparison else "no baseline"
+        _strip(ax, 0, baseline.get(metric, []), "#2e86c1", rng)
+        _strip(ax, 1, record.samples[metric], OUTCOME_COLOUR.get(outcome, "#555555"), rng)
+        ax.set_xticks([0, 1], ["baseline", "current"])
+        ax.set_xlim(-0.6, 1.6)
+        change = comparison.change if comparison else None
+        title = f"{metric}\n{outcome}" + (f" ({change * 100:+.1f}%)" if change is not None else "")
+        ax.set_title(title, fontsize=10, color=OUTCOME_COLOUR.get(outcome, "black"))
+        ax.set_ylabel(unit_of(metric))
+        ax.grid(axis="y", alpha=0.3)
+    tag = " [EMULATOR: test double, not GPU results]" if record.emulated else ""
+    fig.suptitle(f"{record.deployment} / {record.variant} / {record.workload} c={record.concurrency}{tag}", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def history_figure(key: str, points: Sequence[tuple[str, dict[str, float]]], path: Path, emulated: bool) -> Path:
+    metrics = sorted({m for _, medians in points for m in medians})
+    fig, axes = plt.subplots(1, len(metrics), figsize=(3.4 * len(metrics), 3.4), squeeze=False)
+    labels = [run for run, _ in points]
+    for ax, metric in zip(axes[0], metrics):
+        xs = [i for i, (_, medians) in enumerate(points) if metric in medians]
+        ax.plot(xs, [points[i][1][metric] for i in xs], marker="o", color="#2e86c1")
+        ax.set_xticks(range(len(labels)), labels, rotation=30, ha="right", fontsize=6)
+        ax.set_title(f"{metric} (median)", fontsize=10)
+        ax.set_ylabel(unit_of(metric))
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"history: {key}" + (" [EMULATOR]" if emulated else ""), fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _history(key: str, folders: Sequence[Path]) -> list[tuple[str, dict[str, float]]]:
+    points = []
+    for folder in sorted(folders):
+        try:
+            record = read_measurement(folder / MEASUREMENTS_DIR / f"{key}.json")
+        except (OSError, ResultsError):
+            continue  # a night without this item, or a record an older sglperf wrote
+        points.append((folder.name, record.medians))
+    return points
+
+
+def draw(run: RunResults, out_dir: Path, history: Sequence[Path] = ()) -> dict[str, list[Path]]:
+    """All plots of a run; ``history`` are earlier results folders (same layout)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    made: dict[str, list[Path]] = {}
+    for record in run.measurements:
+        key = record.key
+        made[key] = [samples_figure(record, out_dir / f"{key}-samples.png")]
+        points = _history(key, [*history, run.folder])
+        if len(points) >= 2:
+            made[key].append(history_figure(key, points, out_dir / f"{key}-history.png", record.emulated))
+    return made

@@ -1,0 +1,1 @@
+"""Running servers: launch and teardown, GPU inventory and allocation, introspection, provenance."""

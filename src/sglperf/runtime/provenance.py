@@ -1,0 +1,105 @@
+"""Provenance of a measurement: SGLang, torch, CUDA, driver, GPUs, launch command, effective-args digest."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import functools
+import hashlib
+import importlib.metadata
+import json
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from sglperf.model.measurement import Provenance
+from sglperf.model.server_facts import ServerFacts
+from sglperf.runtime import gpus
+from sglperf.sglang.flags import LOAD_FORMAT_FLAG
+from sglperf.sglang.server_api import LAUNCH_SPECIFIC_FIELDS
+
+
+def effective_digest(effective: Mapping[str, Any], ignore: Sequence[str] = ()) -> str:
+    data = {k: v for k, v in effective.items() if k not in ignore}
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=8)
+def _torch_versions(python: str) -> tuple[str, str]:
+    code = "import torch, json; print(json.dumps([torch.__version__, torch.version.cuda or 'none']))"
+    try:
+        proc = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=120)
+        torch_version, cuda = json.loads(proc.stdout.strip().splitlines()[-1])
+        return str(torch_version), str(cuda)
+    except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
+        return "unknown", "unknown"
+
+
+@functools.lru_cache(maxsize=1)
+def _git_commit(root: str) -> str:
+    try:
+        proc = subprocess.run(["git", "-C", root, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+        return proc.stdout.strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
+def _harness_version() -> str:
+    try:
+        return importlib.metadata.version("sglperf")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def provenance(
+    *,
+    runner: str,
+    facts: ServerFacts,
+    sglang_python: str,
+    inventory: gpus.Inventory,
+    gpu_indices: Sequence[int],
+    launch_command: str,
+    argv: Sequence[str],
+    root: Path,
+) -> Provenance:
+    torch_version, cuda = _torch_versions(sglang_python)
+    by_index = {g.index: g for g in inventory.gpus}
+    names = tuple(by_index[i].name if i in by_index else "unknown" for i in gpu_indices)
+    driver = "simulated" if inventory.source == "simulated" else _driver_version()
+    return Provenance(
+        sglang_version=facts.version,
+        torch_version=torch_version,
+        cuda_version=cuda,
+        driver_version=driver,
+        gpu_names=names,
+        gpu_count=len(gpu_indices),
+        runner=runner,
+        emulated=facts.emulated,
+        harness_version=_harness_version(),
+        git_commit=_git_commit(str(root)),
+        date=_dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat(),
+        effective_args_digest=effective_digest(facts.effective, sorted(LAUNCH_SPECIFIC_FIELDS)),
+        launch_command=launch_command,
+        dummy_weights=uses_dummy_weights(argv),
+    )
+
+
+def uses_dummy_weights(argv: Sequence[str]) -> bool:
+    return any(
+        (a == LOAD_FORMAT_FLAG and i + 1 < len(argv) and argv[i + 1] == "dummy") or a == f"{LOAD_FORMAT_FLAG}=dummy"
+        for i, a in enumerate(argv)
+    )
+
+
+@functools.lru_cache(maxsize=1)
+def _driver_version() -> str:
+    try:
+        proc = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=15,
+        )
+        return proc.stdout.strip().splitlines()[0] if proc.returncode == 0 and proc.stdout.strip() else "unknown"
+    except OSError:
+        return "unknown"

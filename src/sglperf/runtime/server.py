@@ -1,0 +1,251 @@
+"""Server lifecycle: launch one SGLang (or emulator) process, wait until healthy, tear the tree down.
+
+Where suites like this rot: servers that never become healthy, zombie workers holding GPU memory, a
+crash that hangs the run. So: every wait has a deadline and reports progress; a process that exits
+during startup fails at once with its log's tail; teardown kills the whole process tree (SIGTERM,
+then SIGKILL) and is registered for interpreter exit, and the direct child is told by the kernel to
+die with its parent (PR_SET_PDEATHSIG) in case pytest itself is killed.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import psutil
+
+from sglperf.model.progress import Progress, silent
+from sglperf.sglang.flags import API_KEY_FLAG, HOST_FLAG, PORT_FLAG
+from sglperf.sglang.server_api import HEALTH_PATHS, LAUNCH_MODULE
+
+HOST = "127.0.0.1"
+PROGRESS_EVERY_S = 30.0
+POLL_S = 0.25
+# A string, not an import: production code never imports the test double.
+EMULATOR_MODULE = "sglperf.testing.emulator"
+
+
+class ServerStartError(RuntimeError):
+    """The server exited or missed its deadline during startup; the message carries the log's tail."""
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    name: str
+    python: str
+    argv: tuple[str, ...]  # SGLang's argv without host, port and API key
+    env: Mapping[str, str] = field(default_factory=dict)
+    log_path: Path = Path("server.log")
+    startup_timeout_s: float = 1800.0
+    api_key: str | None = None
+    emulated: bool = False
+
+    @property
+    def module(self) -> str:
+        return EMULATOR_MODULE if self.emulated else LAUNCH_MODULE
+
+
+@dataclass(frozen=True)
+class StopReport:
+    pids: tuple[int, ...]
+    killed: tuple[int, ...]  # needed SIGKILL
+    survivors: tuple[int, ...]  # still alive after SIGKILL (should never happen)
+    seconds: float
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+
+def _die_with_parent() -> None:
+    """Runs in the child before exec: SIGKILL it if the process that launched it dies."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+_LIVE: set[Server] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+def stop_all() -> None:
+    """Stop every server this process started (interpreter exit, SIGTERM to pytest)."""
+    with _LIVE_LOCK:
+        servers = list(_LIVE)
+    for server in servers:
+        server.stop()
+
+
+atexit.register(stop_all)
+
+
+class Server:
+    """One running server process (and its children)."""
+
+    def __init__(self, spec: ServerSpec, cuda_visible_devices: str | None = None):
+        self.spec = spec
+        self.port = free_port()
+        self.base_url = f"http://{HOST}:{self.port}"
+        argv = [*spec.argv, HOST_FLAG, HOST, PORT_FLAG, str(self.port)]
+        if spec.api_key:
+            argv += [API_KEY_FLAG, spec.api_key]
+        self.command = (spec.python, "-m", spec.module, *argv)
+        env = {**os.environ, **spec.env}
+        if cuda_visible_devices is not None:
+            env["CUDA_VISIBLE_DEVICES"] = cuda_visible_devices
+        spec.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(spec.log_path, "ab")
+        self._log.write(
+            f"# sglperf: started at {time.time():.3f} CUDA_VISIBLE_DEVICES="
+            f"{cuda_visible_devices}: {' '.join(self.command)}\n".encode()
+        )
+        self._log.flush()
+        self.proc = subprocess.Popen(
+            self.command,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
+        self.started_at = time.monotonic()
+        self._stopped: StopReport | None = None
+        with _LIVE_LOCK:
+            _LIVE.add(self)
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.spec.api_key}"} if self.spec.api_key else {}
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            text = self.spec.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def last_log_line(self) -> str:
+        tail = self.log_tail(5).splitlines()
+        return tail[-1][:200] if tail else "(no output yet)"
+
+    def wait_healthy(self, progress: Progress = silent) -> float:
+        """Block until a health endpoint answers 200; returns the startup time in seconds."""
+        deadline = self.started_at + self.spec.startup_timeout_s
+        last_progress = self.started_at
+        paths = list(HEALTH_PATHS)
+        with httpx.Client(timeout=10.0, headers=self.headers) as client:
+            while True:
+                code = self.proc.poll()
+                if code is not None:
+                    self.stop()
+                    raise ServerStartError(
+                        f"{self.spec.name}: server exited with code {code} during startup after "
+                        f"{time.monotonic() - self.started_at:.1f} s ({' '.join(self.command)}); "
+                        f"log {self.spec.log_path} ends with:\n{self.log_tail()}"
+                    )
+                try:
+                    response = client.get(self.base_url + paths[0])
+                    if response.status_code == 404 and len(paths) > 1:
+                        paths.pop(0)  # releases without /health_generate
+                    elif response.status_code == 200:
+                        return time.monotonic() - self.started_at
+                except httpx.HTTPError:
+                    pass  # not listening yet
+                now = time.monotonic()
+                if now > deadline:
+                    self.stop()
+                    raise ServerStartError(
+                        f"{self.spec.name}: not healthy within {self.spec.startup_timeout_s:.0f} s "
+                        f"(deployment launch.startup_timeout_s); log {self.spec.log_path} ends with:\n{self.log_tail()}"
+                    )
+                if now - last_progress >= PROGRESS_EVERY_S:
+                    progress(
+                        f"{self.spec.name}: starting for {now - self.started_at:.0f} s; "
+                        f"last log line: {self.last_log_line()}"
+                    )
+                    last_progress = now
+                time.sleep(POLL_S)
+
+    def pids(self) -> list[int]:
+        try:
+            root = psutil.Process(self.proc.pid)
+            return [root.pid, *(c.pid for c in root.children(recursive=True))]
+        except psutil.NoSuchProcess:
+            return []
+
+    def stop(self, grace_s: float = 15.0) -> StopReport:
+        """SIGTERM the whole tree, SIGKILL what is left after ``grace_s``; idempotent."""
+        if self._stopped is not None:
+            return self._stopped
+        started = time.monotonic()
+        procs = _tree(self.proc.pid)
+        pids = tuple(p.pid for p in procs)
+        for p in procs:
+            with contextlib.suppress(psutil.Error):
+                p.send_signal(signal.SIGTERM)
+        _, alive = psutil.wait_procs(procs, timeout=grace_s)
+        killed = tuple(p.pid for p in alive)
+        for p in alive:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+        _, survivors = psutil.wait_procs(alive, timeout=5.0)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=1.0)  # reap our direct child
+        self._log.write(f"# sglperf: stopped at {time.time():.3f}\n".encode())
+        self._log.close()
+        self._stopped = StopReport(pids, killed, tuple(p.pid for p in survivors), time.monotonic() - started)
+        with _LIVE_LOCK:
+            _LIVE.discard(self)
+        return self._stopped
+
+
+def _tree(pid: int) -> list[psutil.Process]:
+    try:
+        root = psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        return []
+    procs = [root]
+    with contextlib.suppress(psutil.Error):
+        procs += root.children(recursive=True)
+    # Children that left the session are still found through the tree; the session catches the
+    # rest (e.g. a grandchild re-parented to init after its parent died).
+    with contextlib.suppress(psutil.Error, ProcessLookupError):
+        pgid = os.getpgid(pid)
+        for p in psutil.process_iter(["pid"]):
+            with contextlib.suppress(psutil.Error, ProcessLookupError):
+                if p.pid not in {q.pid for q in procs} and os.getpgid(p.pid) == pgid:
+                    procs.append(p)
+    return procs
+
+
+def launch(spec: ServerSpec, cuda_visible_devices: str | None = None, progress: Progress = silent) -> Server:
+    """Start a server and wait for it to become healthy (or raise ServerStartError)."""
+    server = Server(spec, cuda_visible_devices)
+    progress(f"{spec.name}: starting {' '.join(server.command)} (log {spec.log_path})")
+    seconds = server.wait_healthy(progress)
+    progress(f"{spec.name}: healthy after {seconds:.1f} s at {server.base_url}")
+    return server
+
+
+def our_processes(markers: Sequence[str] = (LAUNCH_MODULE, EMULATOR_MODULE)) -> list[psutil.Process]:
+    """Processes descended from this one that run a server module (for leak checks)."""
+    found = []
+    with contextlib.suppress(psutil.Error):
+        for p in psutil.Process().children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                if any(m in " ".join(p.cmdline()) for m in markers):
+                    found.append(p)
+    return found

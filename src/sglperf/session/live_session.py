@@ -1,0 +1,341 @@
+"""The run's live state: one server per variant, one variant at a time, and its measurements.
+
+The pytest plugin only maps items onto these objects, so the same run can be driven from code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from sglperf import preflight
+from sglperf.baselines import regression, store
+from sglperf.judge import drift as drift_check
+from sglperf.judge import live_evidence
+from sglperf.measure import meter
+from sglperf.measure.prompts import load_prompts
+from sglperf.model.deployment import Deployment, Variant, Workload
+from sglperf.model.measurement import BaselineStatus, MeasurementRecord, Provenance
+from sglperf.model.progress import Progress
+from sglperf.model.server_facts import ServerFacts
+from sglperf.model.verdict import Status, Verdict
+from sglperf.runtime import gpus, provenance, server, server_info
+from sglperf.session.preflight_session import PreflightSession, deployment_key
+from sglperf.sglang import modelsize
+from sglperf.sglang.flags import LaunchPlan, plan
+
+MODEL_PATH_ENV = "SGLPERF_MODEL_PATH"
+API_KEY_ENV = "SGLPERF_API_KEY"
+
+
+@dataclass(frozen=True)
+class LiveOptions:
+    emulator: bool = False
+    emulator_config: str | None = None  # JSON or @file, passed to the emulator
+    model_path: str | None = None
+    api_key: str | None = None
+    results_dir: Path = Path("results")
+    ignore_runner_mismatch: bool = False
+    gpu_timeout_s: float = 3600.0
+    baselines_dir: Path = Path("baselines")
+    update_baselines: bool = False
+    baseline_missing: str = "fail"  # or "skip"
+    baseline_mismatch: str = "fail"  # or "skip"
+    root: Path = Path(".")
+
+
+class LiveSkip(Exception):
+    """Live items of this deployment cannot run here; the message says why and what to do."""
+
+
+@dataclass
+class RunningVariant:
+    deployment: Deployment
+    variant: Variant
+    plan: LaunchPlan
+    server: server.Server
+    lease: gpus.Lease | None
+    facts: ServerFacts
+    inventory: gpus.Inventory
+    verdicts: list[Verdict] = field(default_factory=list)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (deployment_key(self.deployment), self.variant.id)
+
+
+class LiveSession:
+    """Starts one server per (deployment, variant) on a GPU set of its own, one variant at a time."""
+
+    def __init__(self, options: LiveOptions, preflight_session: PreflightSession, progress: Progress):
+        self.options = options
+        self.preflight = preflight_session
+        self.progress = progress
+        self.current: RunningVariant | None = None
+        self._failures: dict[tuple[str, str], str] = {}
+        self._allocator: gpus.GpuAllocator | None = None
+
+    def _inventory(self, deployment: Deployment) -> gpus.Inventory:
+        if self.options.emulator and not os.environ.get(gpus.SIMULATED_ENV):
+            # The emulator stands in for the runner: give it the runner's GPUs so allocation and
+            # profile checks run exactly as on the GPU box.
+            runner = deployment.runner
+            os.environ[gpus.SIMULATED_ENV] = f"{runner.gpu_count}x{runner.gpu_name}:{runner.memory_gib}"
+        return gpus.visible_gpus()
+
+    def skip_reason(self, deployment: Deployment) -> str | None:
+        inventory = self._inventory(deployment)
+        if not inventory.gpus:
+            return (
+                "no GPU visible (NVML and nvidia-smi found none): run the live tier on a GPU runner, "
+                "or pass --emulator to exercise it against the SGLang emulator (a test double)"
+            )
+        mismatches = gpus.match_profile(inventory, deployment.runner, deployment.launch.tp_size)
+        if mismatches and not self.options.ignore_runner_mismatch:
+            return (
+                f"this machine is not runner profile {deployment.runner.name!r}: {'; '.join(mismatches)} "
+                "(pass --ignore-runner-mismatch to run anyway)"
+            )
+        return None
+
+    def running(self, deployment: Deployment, variant: Variant) -> RunningVariant:
+        key = (deployment_key(deployment), variant.id)
+        if key in self._failures:
+            raise server.ServerStartError(self._failures[key])
+        if self.current is not None and self.current.key == key:
+            return self.current
+        self.stop()
+        reason = self.skip_reason(deployment)
+        if reason:
+            raise LiveSkip(reason)
+        try:
+            self.current = self._start(deployment, variant)
+        except (server.ServerStartError, server_info.LiveError, TimeoutError) as exc:
+            self._failures[key] = str(exc)
+            raise server.ServerStartError(str(exc)) from None
+        return self.current
+
+    def _model_path(self, deployment: Deployment) -> str:
+        chosen = self.options.model_path or os.environ.get(MODEL_PATH_ENV)
+        if chosen:
+            return chosen
+        # The emulator has no checkpoint: it serves the config preflight uses (for /model_info).
+        return str(deployment.config_path.parent) if self.options.emulator else deployment.model.served_path
+
+    def _start(self, deployment: Deployment, variant: Variant) -> RunningVariant:
+        check = self.preflight.check(deployment, variant.id)
+        release = self.preflight.resolver(deployment).release()
+        launch = plan(deployment, variant, release.parser, self._model_path(deployment), deployment.architectures)
+        name = f"{deployment.key}-{variant.id}"
+        env = dict(launch.env)
+        if self.options.emulator:
+            env.update(self._emulator_env(name, check, release.version, deployment, launch))
+        if self._allocator is None:
+            self._allocator = gpus.GpuAllocator()
+        lease = self._allocator.acquire(deployment.launch.tp_size, self.options.gpu_timeout_s, self.progress)
+        # The emulator is part of sglperf, so it runs under sglperf's interpreter, not SGLang's.
+        python = sys.executable if self.options.emulator else self.preflight.resolver(deployment).python
+        spec = server.ServerSpec(
+            name=name,
+            python=python,
+            argv=launch.argv,
+            env=env,
+            log_path=self.options.results_dir / "servers" / f"{name}.log",
+            startup_timeout_s=deployment.launch.startup_timeout_s,
+            api_key=self.options.api_key or os.environ.get(API_KEY_ENV),
+            emulated=self.options.emulator,
+        )
+        try:
+            running_server = server.launch(spec, lease.cuda_visible_devices, self.progress)
+        except BaseException:
+            lease.release()
+            raise
+        try:
+            facts = server_info.read_facts(running_server.base_url, running_server.headers)
+        except BaseException:
+            running_server.stop()
+            lease.release()
+            raise
+        return RunningVariant(deployment, variant, launch, running_server, lease, facts, gpus.visible_gpus())
+
+    def _emulator_env(
+        self, name: str, check: preflight.VariantCheck, version: str, deployment: Deployment, launch: LaunchPlan
+    ) -> dict[str, str]:
+        """The emulator's effective args are the real preflight resolution of the same flags.
+
+        Its weight memory defaults to the model's text-only size (plus the MTP layer when speculative
+        decoding is on), like a server that skipped the vision tower; --emulator-config overrides.
+        """
+        if check.resolution is None or check.resolution.effective is None:
+            raise server.ServerStartError(
+                f"{name}: preflight could not resolve this variant, so the emulator "
+                "has no effective args to serve (see the preflight items)"
+            )
+        path = self.options.results_dir / "servers" / f"{name}.effective.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"sglang_version": version, "effective": check.resolution.effective}))
+        size = modelsize.model_size(deployment.hf_config())
+        mtp = deployment.speculative_for(check.variant) is not None
+        config: dict[str, Any] = {
+            "weight_gb_per_gpu": round(
+                size.weight_gib_per_gpu(deployment.launch.tp_size, vision=False, vision_replicated=False, mtp=mtp), 3
+            )
+        }
+        config.update(_user_emulator_config(self.options.emulator_config))
+        return {"SGLPERF_EMULATOR_EFFECTIVE": str(path), "SGLPERF_EMULATOR_CONFIG": json.dumps(config)}
+
+    def verdicts(self, deployment: Deployment, variant: Variant) -> list[Verdict]:
+        running = self.running(deployment, variant)
+        if not running.verdicts:
+            expectations = deployment.expectations_for(variant)
+            running.verdicts = live_evidence.check(
+                deployment.key,
+                variant.id,
+                expectations,
+                running.facts,
+                running.server.log_tail(100_000),
+                config=deployment.hf_config(),
+                tp=deployment.launch.tp_size,
+                requested=list(variant.request),
+                warnings=running.plan.warnings,
+            )
+        return running.verdicts
+
+    def drift(self, deployment: Deployment, variant: Variant) -> tuple[drift_check.Drift, list[str]]:
+        running = self.running(deployment, variant)
+        predicted = self.preflight.check(deployment, variant.id).resolution
+        effective = predicted.effective if predicted and predicted.effective else {}
+        found = drift_check.drift(running.facts.effective, effective)
+        return found, found.describe(running.facts.effective, effective)
+
+    def measure(
+        self, deployment: Deployment, variant: Variant, workload: Workload, concurrency: int
+    ) -> MeasurementRecord:
+        """Measure one workload at one concurrency; compare with (or record) the variant's baseline."""
+        running = self.running(deployment, variant)
+        key = f"{deployment.key}-{variant.id}-{workload.id}-c{concurrency}"
+        prompts = load_prompts(deployment.path.parent / workload.prompts)
+        if workload.max_prompts:
+            prompts = replace(prompts, prompts=prompts.prompts[: workload.max_prompts])
+        self.progress(
+            f"{key}: measuring ({workload.repeats} rounds of {len(prompts.prompts)} prompts, "
+            f"{workload.output_len} tokens each)"
+        )
+        result = meter.measure(
+            running.server.base_url,
+            workload,
+            prompts,
+            api_key=running.server.spec.api_key,
+            concurrency=concurrency,
+            chunk_timeout_s=workload.stall_timeout_s,
+        )
+        samples = regression.round_samples(result)
+        prov = provenance.provenance(
+            runner=deployment.runner.name,
+            facts=running.facts,
+            sglang_python=self.preflight.resolver(deployment).python,
+            inventory=running.inventory,
+            gpu_indices=running.lease.indices if running.lease else (),
+            launch_command=" ".join(running.server.command),
+            argv=running.plan.argv,
+            root=self.options.root,
+        )
+        entry = store.make_entry(workload.id, concurrency, prompts.digest, workload.output_len, samples)
+        path = self.baseline_path(deployment, variant, running.facts.emulated)
+        if self.options.update_baselines:
+            verdict = self._record(path, deployment, variant, prov, entry)
+        else:
+            record_command = f"pytest -k {key} --update-baselines" + (" --emulator" if running.facts.emulated else "")
+            verdict = regression.compare_to_baseline(
+                path,
+                prov,
+                entry,
+                workload.thresholds,
+                missing=self.options.baseline_missing,
+                mismatch=self.options.baseline_mismatch,
+                record_command=record_command,
+            )
+        notes = ([regression.DUMMY_NOTE] if prov.dummy_weights else []) + verdict.notes
+        record = MeasurementRecord(
+            key=key,
+            deployment=deployment.key,
+            variant=variant.id,
+            workload=workload.id,
+            concurrency=concurrency,
+            emulated=running.facts.emulated,
+            sglang_version=running.facts.version,
+            provenance=prov,
+            samples=samples,
+            summary=entry.summary,
+            baseline=str(path),
+            baseline_status=verdict.status,
+            baseline_samples=verdict.stored_samples,
+            comparisons=[regression.comparison_record(c) for c in verdict.comparisons],
+            notes=notes,
+            problems=verdict.problems,
+            changes=verdict.changes,
+            skip_reason=verdict.skip_reason,
+        )
+        out = self.options.results_dir / "measurements" / f"{key}.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        written = {**record.model_dump(mode="json"), "result": result.to_record()}
+        out.write_text(json.dumps(written, indent=1, sort_keys=True, default=str))
+        return record
+
+    def baseline_path(self, deployment: Deployment, variant: Variant, emulated: bool) -> Path:
+        # Emulator baselines live apart: their numbers must never meet a GPU run's.
+        root = self.options.baselines_dir / "emulator" if emulated else self.options.baselines_dir
+        return store.path_for(root, deployment.runner.name, deployment.key, variant.id)
+
+    def _record(
+        self, path: Path, deployment: Deployment, variant: Variant, prov: Provenance, entry: store.Entry
+    ) -> regression.BaselineVerdict:
+        """--update-baselines: only from a variant whose effective args were right."""
+        verdict = regression.BaselineVerdict(status=BaselineStatus.RECORDED)
+        checked = [*self.verdicts(deployment, variant), *self.preflight.check(deployment, variant.id).verdicts]
+        bad = [v for v in checked if v.status in (Status.FAIL, Status.ERROR)]
+        if bad:
+            verdict.status = BaselineStatus.REFUSED
+            verdict.problems.append(
+                f"refusing to record a baseline for {deployment.key}/{variant.id}: its effective args are wrong ("
+                + "; ".join(f"{v.intent} expected {v.expected}, got {v.actual} ({v.tier})" for v in bad)
+                + ")"
+            )
+            return verdict
+        old, new = store.record(path, deployment.key, variant.id, prov, entry)
+        verdict.changes = store.describe_change(old, new, entry.key)
+        return verdict
+
+    def stop(self) -> None:
+        running, self.current = self.current, None
+        if running is None:
+            return
+        report = running.server.stop()
+        self.progress(
+            f"{running.server.spec.name}: stopped {len(report.pids)} processes in {report.seconds:.1f} s"
+            + (f" ({len(report.killed)} needed SIGKILL)" if report.killed else "")
+        )
+        if running.lease is not None:
+            check = gpus.wait_gpu_memory_released(report.pids, running.lease.indices, 120.0)
+            if not check.released:
+                self.progress(f"{running.server.spec.name}: {check.detail}")
+            running.lease.release()
+
+    def close(self) -> None:
+        self.stop()
+
+
+def _user_emulator_config(text: str | None) -> dict[str, Any]:
+    if not text:
+        return {}
+    try:
+        data = json.loads(Path(text[1:]).read_text() if text.startswith("@") else text)
+    except (OSError, json.JSONDecodeError) as exc:
+        raise server.ServerStartError(f"--emulator-config {text!r}: not JSON or @file of JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise server.ServerStartError(f"--emulator-config {text!r}: expected a JSON object")
+    return data

@@ -1,0 +1,52 @@
+"""The run's preflight state: one resolver per runner profile, one check per deployment."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sglperf import preflight
+from sglperf.model.deployment import Deployment
+from sglperf.model.verdict import Verdict
+from sglperf.sglang import envs
+
+
+def deployment_key(deployment: Deployment) -> str:
+    return str(deployment.path.resolve())
+
+
+class PreflightSession:
+    """One resolver per runner profile and one check per deployment, shared by every item."""
+
+    def __init__(self, python: Callable[[], str]):
+        self._python = python
+        self._resolvers: dict[str, preflight.Resolver] = {}
+        self._checks: dict[str, list[preflight.VariantCheck]] = {}
+        self._failure: dict[str, str] = {}
+
+    def resolver(self, deployment: Deployment) -> preflight.Resolver:
+        profile_key = deployment.runner.model_dump_json()
+        if profile_key not in self._resolvers:
+            self._resolvers[profile_key] = preflight.Resolver(self._python(), deployment.runner)
+        return self._resolvers[profile_key]
+
+    def checks(self, deployment: Deployment) -> list[preflight.VariantCheck]:
+        key = deployment_key(deployment)
+        if key in self._failure:
+            raise preflight.PreflightError(self._failure[key])
+        if key not in self._checks:
+            try:
+                self._checks[key] = preflight.check(deployment, self.resolver(deployment))
+            except (preflight.PreflightError, envs.EnvBuildError) as exc:
+                self._failure[key] = str(exc)  # said once per item, not retried for each
+                raise preflight.PreflightError(str(exc)) from None
+        return self._checks[key]
+
+    def check(self, deployment: Deployment, variant_id: str) -> preflight.VariantCheck:
+        return next(c for c in self.checks(deployment) if c.variant.id == variant_id)
+
+    def verdict(self, deployment: Deployment, variant_id: str, intent: str) -> Verdict:
+        return next(v for v in self.check(deployment, variant_id).verdicts if v.intent == intent)
+
+    def close(self) -> None:
+        for resolver in self._resolvers.values():
+            resolver.close()

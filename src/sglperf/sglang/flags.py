@@ -1,0 +1,126 @@
+"""From a deployment variant to the argv the installed SGLang release accepts.
+
+Raw flags are checked against the release's own parser; intents are spelled for that release.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from sglperf.model.deployment import Deployment, Variant
+from sglperf.sglang.intents import INTENTS, SPECULATIVE, IntentNotExpressible, ParserInfo, replacement_for
+
+# Flags renamed outside any intent, learnt from reading the releases: old spelling -> new one.
+RENAMED_FLAGS = {
+    "--mamba-scheduler-strategy": "--mamba-radix-cache-strategy",
+}
+
+MODEL_PATH_FLAG = "--model-path"
+TP_FLAG = "--tp-size"
+LOAD_FORMAT_FLAG = "--load-format"  # "dummy": random weights, for runners without the checkpoint
+HOST_FLAG, PORT_FLAG, API_KEY_FLAG = "--host", "--port", "--api-key"
+SKIP_TOKENIZER_FLAG = "--skip-tokenizer-init"  # preflight has config.json only, no tokenizer files
+
+
+class FlagError(ValueError):
+    """A flag the installed release does not accept, or an intent it cannot express."""
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """The argv (without interpreter and module) and environment for one variant on one release."""
+
+    deployment: str
+    variant: str
+    sglang_version: str
+    argv: tuple[str, ...]
+    env: dict[str, str] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+
+    def command(self, python: str = "python") -> str:
+        import shlex
+
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
+        cmd = shlex.join([python, "-m", "sglang.launch_server", *self.argv])
+        return f"{env} {cmd}".strip()
+
+
+def _flag_tokens(argv: list[str], parser: ParserInfo) -> list[str]:
+    """The option tokens of an argv (values skipped by what the parser says each option takes)."""
+    flags = []
+    expect_value = False
+    for token in argv:
+        if token.startswith("--"):
+            flags.append(token.split("=", 1)[0])
+            canonical = parser.canonical(flags[-1])
+            option = parser.options.get(canonical) if canonical else None
+            expect_value = bool(option and option.takes_value and "=" not in token)
+        elif expect_value:
+            expect_value = False
+        # further bare tokens belong to nargs="+" options; argparse itself has the last word
+    return flags
+
+
+def check_flags(argv: list[str], parser: ParserInfo, where: str, architectures: tuple[str, ...] = ()) -> list[str]:
+    """Raise FlagError for flags this release rejects; return warnings for deprecated ones."""
+    warnings = []
+    for flag in _flag_tokens(argv, parser):
+        canonical = parser.canonical(flag)
+        if canonical is None:
+            raise FlagError(_unknown_flag_message(flag, parser, where, architectures))
+        if parser.options[canonical].deprecated:
+            replacement = replacement_for(canonical, parser, architectures) or RENAMED_FLAGS.get(canonical)
+            hint = f"; use {replacement}" if replacement else ""
+            warnings.append(f"{where}: {canonical} is deprecated in SGLang {parser.version}{hint}")
+    return warnings
+
+
+def _unknown_flag_message(flag: str, parser: ParserInfo, where: str, architectures: tuple[str, ...]) -> str:
+    ambiguous = [o for o in parser.options if o.startswith(flag)]
+    if ambiguous:
+        return f"{where}: {flag} is ambiguous in SGLang {parser.version} (could be {', '.join(sorted(ambiguous))})"
+    replacement = replacement_for(flag, parser, architectures)
+    if replacement is None and flag in RENAMED_FLAGS and parser.has(RENAMED_FLAGS[flag]):
+        replacement = RENAMED_FLAGS[flag]
+    if replacement:
+        return f"{where}: {flag} is not accepted by SGLang {parser.version} (removed or renamed); replacement: {replacement}"
+    close = difflib.get_close_matches(flag, list(parser.options), n=3, cutoff=0.75)
+    hint = f"; similar flags: {', '.join(close)}" if close else "; no known replacement"
+    return f"{where}: {flag} is not accepted by SGLang {parser.version}{hint}"
+
+
+def _applies(spec: str, version: str) -> bool:
+    return Version(version) in SpecifierSet(spec, prereleases=True)
+
+
+def plan(
+    deployment: Deployment, variant: Variant, parser: ParserInfo, model_path: str, architectures: tuple[str, ...]
+) -> LaunchPlan:
+    """Spell one variant for the installed release. Raises FlagError naming the flag and version."""
+    where = f"{deployment.path} variant {variant.id!r}"
+    argv = [MODEL_PATH_FLAG, model_path, TP_FLAG, str(deployment.launch.tp_size)]
+    env = dict(deployment.launch.env)
+    raw: list[str] = list(deployment.launch.extra_flags)
+    for rule in deployment.launch.when:
+        if _applies(rule.sglang, parser.version):
+            raw += rule.flags
+            env.update(rule.env)
+    raw += variant.flags
+    env.update(variant.env)
+    warnings = check_flags(raw, parser, where, architectures)
+    argv += raw
+
+    requested: dict[str, object] = dict(variant.request)
+    spec = deployment.speculative_for(variant)
+    if spec is not None:
+        requested[SPECULATIVE] = spec
+    for name, value in requested.items():
+        try:
+            argv += INTENTS[name].flags(value, parser, architectures)
+        except IntentNotExpressible as exc:
+            raise FlagError(f"{where}: cannot request {name}: {exc}") from None
+    return LaunchPlan(deployment.key, variant.id, parser.version, tuple(argv), env, tuple(warnings))

@@ -1,0 +1,375 @@
+"""Intents: version-independent expectations about an SGLang server, and how each release spells them.
+
+Every SGLang flag name and effective-args field path the suite relies on is written here, once,
+inside the intent it belongs to. An intent knows (a) which flags request it, choosing among the
+spellings by what the installed release's own parser accepts, and (b) how to read it back from
+resolved (effective) server args. Flags an intent knows but the installed parser lacks are how the
+suite names a replacement when a deployment uses a removed flag.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from sglperf.model.intent_names import (
+    DECODE_CUDA_GRAPH,
+    INTENT_NAMES,
+    PREFILL_CUDA_GRAPH,
+    SINGLE_BATCH_OVERLAP,
+    SPECULATIVE,
+    VISION_WEIGHTS_SKIPPED,
+)
+
+
+class IntentNotExpressible(Exception):
+    """The installed release has no flag for this intent."""
+
+
+@dataclass(frozen=True)
+class Option:
+    """What the installed release's argparse says about one flag."""
+
+    dest: str
+    choices: tuple[str, ...] | None = None
+    default: Any = None
+    takes_value: bool = True
+    deprecated: bool = False
+    help: str = ""
+
+
+@dataclass(frozen=True)
+class ParserInfo:
+    """The installed release's server-args parser, as introspected by the probe."""
+
+    version: str
+    options: Mapping[str, Option]
+    language_model_only_architectures: tuple[str, ...] | None = None
+
+    def has(self, flag: str) -> bool:
+        return flag in self.options
+
+    def accepts(self, flag: str, value: str) -> bool:
+        opt = self.options.get(flag)
+        return opt is not None and (opt.choices is None or value in opt.choices)
+
+    def canonical(self, flag: str) -> str | None:
+        """The option ``flag`` means here: exact, or argparse's unique-prefix abbreviation."""
+        if flag in self.options:
+            return flag
+        matches = [o for o in self.options if o.startswith(flag)]
+        return matches[0] if len(matches) == 1 else None
+
+
+@dataclass(frozen=True)
+class Reading:
+    """An intent's value read from effective args."""
+
+    value: Any
+    source: str  # the field(s) read, e.g. "cuda_graph_config.prefill.backend = 'breakable'"
+    provable: bool = True  # False: effective args cannot prove it (needs live evidence)
+    note: str = ""
+
+
+class Intent(Protocol):
+    name: str
+    fields: tuple[str, ...]  # effective fields whose writes explain this intent
+    log_keywords: tuple[str, ...]  # log lines mentioning these explain it too
+    known_flags: Mapping[str, Any]  # every spelling across releases -> the intent value it requests
+
+    def flags(self, value: Any, parser: ParserInfo, architectures: tuple[str, ...]) -> list[str]: ...
+
+    def read(self, effective: Mapping[str, Any]) -> Reading: ...
+
+    def matches(self, expected: Any, actual: Any) -> bool: ...
+
+    def show(self, value: Any) -> str: ...
+
+
+def _dig(mapping: Mapping[str, Any], path: str) -> Any:
+    node: Any = mapping
+    for part in path.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            raise KeyError(path)
+        node = node[part]
+    return node
+
+
+class _Boolean:
+    """Shared behaviour of on/off intents."""
+
+    name: str
+    known_flags: Mapping[str, Any] = {}
+
+    def matches(self, expected: Any, actual: Any) -> bool:
+        return bool(expected) == bool(actual)
+
+    def show(self, value: Any) -> str:
+        return "on" if value else "off"
+
+
+def _read_graph(
+    effective: Mapping[str, Any], backend_field: str, backend_off: str, flag_fields: tuple[tuple[str, bool], ...]
+) -> Reading:
+    """A CUDA graph phase: the nested backend (0.5.14+), else the first boolean field present
+    (``True`` in the pair: the field says "disabled")."""
+    try:
+        backend = _dig(effective, backend_field)
+        return Reading(backend != backend_off, f"{backend_field} = {backend!r}")
+    except KeyError:
+        pass
+    for name, negated in flag_fields:
+        if name in effective:
+            value = bool(effective[name])
+            return Reading(not value if negated else value, f"{name} = {effective[name]}")
+    raise KeyError(f"none of {backend_field}, {', '.join(n for n, _ in flag_fields)} in the effective args")
+
+
+@dataclass(frozen=True)
+class _Spelling:
+    """One way a release spells a request: a flag, maybe with a value, valid if the parser agrees."""
+
+    flag: str
+    value: str | None = None
+
+    def usable(self, parser: ParserInfo) -> bool:
+        return parser.accepts(self.flag, self.value) if self.value is not None else parser.has(self.flag)
+
+    def argv(self) -> list[str]:
+        return [self.flag] if self.value is None else [self.flag, self.value]
+
+
+def _first_usable(spellings: list[_Spelling], parser: ParserInfo) -> _Spelling | None:
+    return next((s for s in spellings if s.usable(parser)), None)
+
+
+class PrefillCudaGraph(_Boolean):
+    """The prefill ("piecewise", later "breakable") CUDA graph."""
+
+    name = PREFILL_CUDA_GRAPH
+    # 0.5.14+: one prefill backend in a nested config; 0.5.10-0.5.13: disable/enforce booleans;
+    # 0.5.4-0.5.9: opt-in boolean.
+    BACKEND_FLAG = "--cuda-graph-backend-prefill"
+    BACKEND_FIELD = "cuda_graph_config.prefill.backend"
+    BACKEND_OFF = "disabled"
+    BACKENDS_ON = ("breakable", "tc_piecewise", "full")  # preference order
+    ENFORCE_FLAG = "--enforce-piecewise-cuda-graph"
+    DISABLE_FLAG = "--disable-piecewise-cuda-graph"
+    ENABLE_FLAG = "--enable-piecewise-cuda-graph"
+    DISABLE_FIELD = "disable_piecewise_cuda_graph"
+    ENABLE_FIELD = "enable_piecewise_cuda_graph"
+
+    fields = ("cuda_graph_config", DISABLE_FIELD, ENABLE_FIELD, "enforce_piecewise_cuda_graph")
+    log_keywords = ("piecewise", "prefill cuda graph", "breakable cuda graph", "prefill cudagraph")
+    known_flags = {ENFORCE_FLAG: True, ENABLE_FLAG: True, DISABLE_FLAG: False}
+
+    def flags(self, value: Any, parser: ParserInfo, architectures: tuple[str, ...]) -> list[str]:
+        if value:
+            # Any explicit backend skips SGLang's auto-disable cascade; so does "enforce".
+            spellings = [_Spelling(self.BACKEND_FLAG, b) for b in self.BACKENDS_ON]
+            spellings += [_Spelling(self.ENFORCE_FLAG), _Spelling(self.ENABLE_FLAG)]
+        else:
+            spellings = [_Spelling(self.BACKEND_FLAG, self.BACKEND_OFF), _Spelling(self.DISABLE_FLAG)]
+            if parser.has(self.ENABLE_FLAG) and not parser.has(self.DISABLE_FLAG):
+                return []  # opt-in era: off unless asked
+        chosen = _first_usable(spellings, parser)
+        if chosen is None:
+            raise IntentNotExpressible(
+                f"SGLang {parser.version} has none of {self.BACKEND_FLAG}, {self.ENFORCE_FLAG}, {self.ENABLE_FLAG}"
+            )
+        return chosen.argv()
+
+    def read(self, effective: Mapping[str, Any]) -> Reading:
+        return _read_graph(
+            effective, self.BACKEND_FIELD, self.BACKEND_OFF, ((self.DISABLE_FIELD, True), (self.ENABLE_FIELD, False))
+        )
+
+
+class DecodeCudaGraph(_Boolean):
+    """The decode CUDA graph (on by default in every release)."""
+
+    name = DECODE_CUDA_GRAPH
+    BACKEND_FLAG = "--cuda-graph-backend-decode"
+    BACKEND_FIELD = "cuda_graph_config.decode.backend"
+    BACKEND_OFF = "disabled"
+    DISABLE_FLAG = "--disable-cuda-graph"
+    DISABLE_FIELD = "disable_cuda_graph"
+
+    fields = ("cuda_graph_config", DISABLE_FIELD)
+    log_keywords = ("cuda graph is disabled", "disable cuda graph", "decode cuda graph")
+    known_flags = {DISABLE_FLAG: False}
+
+    def flags(self, value: Any, parser: ParserInfo, architectures: tuple[str, ...]) -> list[str]:
+        if value:
+            return []  # the default; naming a backend would change which one runs
+        chosen = _first_usable([_Spelling(self.BACKEND_FLAG, self.BACKEND_OFF), _Spelling(self.DISABLE_FLAG)], parser)
+        if chosen is None:
+            raise IntentNotExpressible(
+                f"SGLang {parser.version} has neither {self.BACKEND_FLAG} nor {self.DISABLE_FLAG}"
+            )
+        return chosen.argv()
+
+    def read(self, effective: Mapping[str, Any]) -> Reading:
+        return _read_graph(effective, self.BACKEND_FIELD, self.BACKEND_OFF, ((self.DISABLE_FIELD, True),))
+
+
+class SingleBatchOverlap(_Boolean):
+    """Single-batch overlap (acts only in MoE layers on DeepEP-style all-to-all paths)."""
+
+    name = SINGLE_BATCH_OVERLAP
+    FLAG = "--enable-single-batch-overlap"
+    FIELD = "enable_single_batch_overlap"
+    fields = (FIELD,)
+    log_keywords = ("single batch overlap", "single-batch-overlap", "single_batch_overlap")
+    known_flags = {FLAG: True}
+
+    def flags(self, value: Any, parser: ParserInfo, architectures: tuple[str, ...]) -> list[str]:
+        if not value:
+            return []
+        if not parser.has(self.FLAG):
+            raise IntentNotExpressible(f"SGLang {parser.version} has no {self.FLAG}")
+        return [self.FLAG]
+
+    def read(self, effective: Mapping[str, Any]) -> Reading:
+        if self.FIELD not in effective:
+            raise KeyError(f"{self.FIELD} not in the effective args")
+        return Reading(bool(effective[self.FIELD]), f"{self.FIELD} = {effective[self.FIELD]}")
+
+
+class VisionWeightsSkipped(_Boolean):
+    """The vision tower's weights are not loaded. Flags only ask; weight memory proves it."""
+
+    name = VISION_WEIGHTS_SKIPPED
+    # Never builds the tower, but only for the release's own architecture allow-list (0.5.18+).
+    MODEL_ONLY_FLAG = "--language-model-only"
+    MODEL_ONLY_FIELD = "language_model_only"
+    # Encoder/language disaggregation; for Qwen-VL-family models the tower is still built and loaded.
+    LANGUAGE_ONLY_FLAG = "--language-only"
+    LANGUAGE_ONLY_FIELD = "language_only"
+    fields = (MODEL_ONLY_FIELD, LANGUAGE_ONLY_FIELD)
+    log_keywords = ("language-only", "language-model-only", "language_only", "vision")
+    known_flags = {MODEL_ONLY_FLAG: True, LANGUAGE_ONLY_FLAG: True}
+
+    def flags(self, value: Any, parser: ParserInfo, architectures: tuple[str, ...]) -> list[str]:
+        if not value:
+            return []
+        allowed = parser.language_model_only_architectures
+        if parser.has(self.MODEL_ONLY_FLAG) and allowed is not None and set(architectures) & set(allowed):
+            return [self.MODEL_ONLY_FLAG]
+        if parser.has(self.LANGUAGE_ONLY_FLAG):
+            return [self.LANGUAGE_ONLY_FLAG]
+        raise IntentNotExpressible(
+            f"SGLang {parser.version} has neither {self.MODEL_ONLY_FLAG} nor {self.LANGUAGE_ONLY_FLAG}"
+        )
+
+    def read(self, effective: Mapping[str, Any]) -> Reading:
+        model_only = bool(effective.get(self.MODEL_ONLY_FIELD, False))
+        language_only = bool(effective.get(self.LANGUAGE_ONLY_FIELD, False))
+        if model_only:
+            return Reading(
+                True,
+                f"{self.MODEL_ONLY_FIELD} = True",
+                provable=False,
+                note="the flag is set; only the live tier's weight memory proves the tower was not loaded",
+            )
+        if language_only:
+            return Reading(
+                True,
+                f"{self.LANGUAGE_ONLY_FIELD} = True",
+                provable=False,
+                note=(
+                    f"{self.LANGUAGE_ONLY_FLAG} is set, but it belongs to encoder/language "
+                    "disaggregation and does not skip the vision tower for Qwen-VL-family "
+                    "models; only the live tier's weight memory can tell"
+                ),
+            )
+        return Reading(False, f"{self.MODEL_ONLY_FIELD} = False, {self.LANGUAGE_ONLY_FIELD} = False")
+
+
+@dataclass(frozen=True)
+class SpeculativeSettings:
+    algorithm: str
+    num_steps: int
+    num_draft_tokens: int
+    eagle_topk: int
+
+
+class Speculative:
+    """Speculative decoding settings (MTP): algorithm after alias rewriting, steps, drafts, top-k."""
+
+    name = SPECULATIVE
+    FLAGS = {
+        "algorithm": "--speculative-algorithm",
+        "num_steps": "--speculative-num-steps",
+        "num_draft_tokens": "--speculative-num-draft-tokens",
+        "eagle_topk": "--speculative-eagle-topk",
+    }
+    FIELDS = {
+        "algorithm": "speculative_algorithm",
+        "num_steps": "speculative_num_steps",
+        "num_draft_tokens": "speculative_num_draft_tokens",
+        "eagle_topk": "speculative_eagle_topk",
+    }
+    # SGLang rewrites these algorithm names while resolving.
+    ALIASES = {"NEXTN": "EAGLE"}
+    fields = tuple(FIELDS.values())
+    log_keywords = ("speculative", "draft", "eagle", "nextn", "mtp")
+    known_flags: Mapping[str, Any] = {}
+
+    def flags(self, value: Any, parser: ParserInfo, architectures: tuple[str, ...]) -> list[str]:
+        argv: list[str] = []
+        for key, flag in self.FLAGS.items():
+            if not parser.has(flag):
+                raise IntentNotExpressible(f"SGLang {parser.version} has no {flag}")
+            argv += [flag, str(getattr(value, key))]
+        return argv
+
+    def read(self, effective: Mapping[str, Any]) -> Reading:
+        missing = [f for f in self.FIELDS.values() if f not in effective]
+        if missing:
+            raise KeyError(f"{', '.join(missing)} not in the effective args")
+        values = {key: effective[f] for key, f in self.FIELDS.items()}
+        source = ", ".join(f"{f} = {effective[f]!r}" for f in self.FIELDS.values())
+        return Reading(values, source)
+
+    def _normal(self, value: Any) -> dict[str, Any]:
+        data = dict(value) if isinstance(value, Mapping) else {k: getattr(value, k) for k in self.FIELDS}
+        algorithm = str(data.get("algorithm") or "").upper()
+        data["algorithm"] = self.ALIASES.get(algorithm, algorithm)
+        return data
+
+    def matches(self, expected: Any, actual: Any) -> bool:
+        if actual is None:
+            return False
+        return self._normal(expected) == self._normal(actual)
+
+    def show(self, value: Any) -> str:
+        if value is None:
+            return "off"
+        data = dict(value) if isinstance(value, Mapping) else {k: getattr(value, k) for k in self.FIELDS}
+        algorithm = str(data["algorithm"])
+        alias = self.ALIASES.get(algorithm.upper())
+        shown = f"{algorithm} (= {alias})" if alias else algorithm
+        return f"{shown} steps={data['num_steps']} draft={data['num_draft_tokens']} topk={data['eagle_topk']}"
+
+
+INTENTS: dict[str, Intent] = {
+    i.name: i
+    for i in (PrefillCudaGraph(), DecodeCudaGraph(), SingleBatchOverlap(), VisionWeightsSkipped(), Speculative())
+}
+assert tuple(INTENTS) == INTENT_NAMES, "every intent name has exactly one implementation"
+
+
+def replacement_for(flag: str, parser: ParserInfo, architectures: tuple[str, ...] = ()) -> str | None:
+    """What to write instead of ``flag`` for this release, if an intent knows that spelling."""
+    for intent in INTENTS.values():
+        if flag in intent.known_flags:
+            value = intent.known_flags[flag]
+            try:
+                argv = intent.flags(value, parser, architectures)
+            except IntentNotExpressible:
+                return None
+            spelled = " ".join(argv) if argv else "(nothing: it is the default)"
+            return f"{spelled} (or `request = {{ {intent.name} = {str(value).lower()} }}` in the variant)"
+    return None

@@ -1,0 +1,37 @@
+"""SGLang's HTTP API as the suite uses it: endpoint paths (with their older names) and the
+`/server_info` keys that are not server args. The emulator serves the same names."""
+
+from __future__ import annotations
+
+LAUNCH_MODULE = "sglang.launch_server"
+# /health_generate generates a token (the real check); releases without it answer /health only.
+HEALTH_PATHS = ("/health_generate", "/health")
+SERVER_INFO_PATHS = ("/server_info", "/get_server_info")  # the first from 0.5.6, the second deprecated later
+MODEL_INFO_PATHS = ("/model_info", "/get_model_info")
+FLUSH_CACHE_PATH = "/flush_cache"
+MODELS_PATH = "/v1/models"
+GENERATE_PATHS = {"native": "/generate", "openai-chat": "/v1/chat/completions", "openai-completions": "/v1/completions"}
+
+# /server_info keys that are not server args (the emulator adds the last ones about itself).
+NOT_ARGS = frozenset({"version", "internal_states", "emulated", "effective_source", "flush_count", "emulator_config"})
+# Server args that differ between two launches of the same variant and say nothing about what
+# SGLang decided: ignored when comparing live args with the preflight and in effective-args digests.
+LAUNCH_SPECIFIC_FIELDS = frozenset(
+    {
+        "host",
+        "port",
+        "api_key",
+        "model_path",
+        "tokenizer_path",
+        "served_model_name",
+        "skip_tokenizer_init",
+        "launch_command",
+        "random_seed",
+        "base_gpu_id",
+        "nccl_port",
+        "log_level",
+        "mem_fraction_static",
+        "max_total_tokens",
+        "load_format",
+    }
+)

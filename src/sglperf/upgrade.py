@@ -1,0 +1,217 @@
+"""Upgrade check: the same deployments resolved by two SGLang releases, side by side.
+
+What an operator wants to know before touching the GPU box: which flags the new release removed,
+renamed or deprecated (and what sglperf will write instead), which intents change their effective
+value, which SGLang warnings appear or vanish, and which variants the new release refuses.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+
+from sglperf.model.verdict import Status
+from sglperf.preflight import VariantCheck
+from sglperf.sglang.flags import RENAMED_FLAGS
+from sglperf.sglang.intents import INTENTS, ParserInfo, replacement_for
+
+NUMBER = re.compile(r"\d+(\.\d+)?")
+
+
+@dataclass(frozen=True)
+class FlagChange:
+    flag: str
+    change: str  # "removed", "deprecated", "renamed"
+    used_by: tuple[str, ...]  # variants (or "intent <name>") that use it on the old release
+    replacement: str | None
+
+
+@dataclass(frozen=True)
+class IntentChange:
+    deployment: str
+    variant: str
+    intent: str
+    before: str | None
+    after: str | None
+    status_before: str
+    status_after: str
+    detail_after: str
+    requested: bool = False  # False: the value is SGLang's default for this variant
+
+    @property
+    def changed(self) -> bool:
+        return self.before != self.after or self.status_before != self.status_after
+
+    @property
+    def breaks(self) -> bool:
+        return self.status_after in (Status.FAIL.value, Status.ERROR.value)
+
+
+@dataclass(frozen=True)
+class WarningChange:
+    deployment: str
+    variant: str
+    appeared: tuple[str, ...]
+    vanished: tuple[str, ...]
+
+
+@dataclass
+class UpgradeReport:
+    from_version: str
+    to_version: str
+    flags: list[FlagChange] = field(default_factory=list)
+    intents: list[IntentChange] = field(default_factory=list)  # every intent, changed or not
+    warnings: list[WarningChange] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # variants the new release refuses
+
+    @property
+    def breaking(self) -> list[IntentChange]:
+        return [c for c in self.intents if c.breaks]
+
+    @property
+    def changed(self) -> list[IntentChange]:
+        return [c for c in self.intents if c.changed]
+
+    def to_record(self) -> dict:
+        return {
+            "from": self.from_version,
+            "to": self.to_version,
+            "breaking": len(self.breaking),
+            "flags": [asdict(f) for f in self.flags],
+            "intents": [asdict(c) for c in self.intents],
+            "warnings": [asdict(w) for w in self.warnings],
+            "errors": self.errors,
+        }
+
+
+def _flags_of(argv: Sequence[str]) -> list[str]:
+    return [a.split("=", 1)[0] for a in argv if a.startswith("--")]
+
+
+def flag_changes(
+    old: ParserInfo, new: ParserInfo, old_checks: Sequence[VariantCheck], architectures: tuple[str, ...]
+) -> list[FlagChange]:
+    """Flags the deployments use on the old release, plus every spelling the intents know."""
+    users: dict[str, set[str]] = {}
+    for check in old_checks:
+        if check.plan is not None:
+            for flag in _flags_of(check.plan.argv):
+                users.setdefault(old.canonical(flag) or flag, set()).add(f"{check.deployment.key}/{check.variant.id}")
+    for intent in INTENTS.values():
+        for flag in intent.known_flags:
+            if old.has(flag):
+                users.setdefault(flag, set()).add(f"intent {intent.name}")
+    changes = []
+    for flag, used_by in sorted(users.items()):
+        replacement = replacement_for(flag, new, architectures)
+        if new.canonical(flag) is None:
+            renamed = RENAMED_FLAGS.get(flag)
+            if replacement is None and renamed and new.has(renamed):
+                changes.append(FlagChange(flag, "renamed", tuple(sorted(used_by)), renamed))
+            else:
+                changes.append(FlagChange(flag, "removed", tuple(sorted(used_by)), replacement))
+        elif new.options[new.canonical(flag) or flag].deprecated and not old.options[flag].deprecated:
+            changes.append(
+                FlagChange(flag, "deprecated", tuple(sorted(used_by)), replacement or RENAMED_FLAGS.get(flag))
+            )
+    return changes
+
+
+def _warnings(check: VariantCheck) -> dict[str, str]:
+    """Warning lines keyed by their wording: numbers (sizes, ports) vary without meaning a change."""
+    if check.resolution is None:
+        return {}
+    return {
+        NUMBER.sub("N", line.message.strip()): line.message.strip()[:240]
+        for line in check.resolution.logs
+        if line.level in ("WARNING", "ERROR", "CRITICAL")
+    }
+
+
+def compare_releases(
+    old_version: str,
+    new_version: str,
+    old_parser: ParserInfo,
+    new_parser: ParserInfo,
+    old_checks: Sequence[VariantCheck],
+    new_checks: Sequence[VariantCheck],
+) -> UpgradeReport:
+    report = UpgradeReport(old_version, new_version)
+    architectures = tuple(sorted({a for c in old_checks for a in c.deployment.architectures}))
+    report.flags = flag_changes(old_parser, new_parser, old_checks, architectures)
+    new_by_key = {(c.deployment.key, c.variant.id): c for c in new_checks}
+    for old in old_checks:
+        new = new_by_key.get((old.deployment.key, old.variant.id))
+        if new is None:
+            continue
+        after = {v.intent: v for v in new.verdicts}
+        for before in old.verdicts:
+            v = after.get(before.intent)
+            if v is None:
+                continue
+            report.intents.append(
+                IntentChange(
+                    old.deployment.key,
+                    old.variant.id,
+                    before.intent,
+                    before.actual,
+                    v.actual,
+                    before.status.value,
+                    v.status.value,
+                    v.detail if v.status != Status.PASS else "",
+                    requested=before.intent in old.variant.request or before.intent == "speculative",
+                )
+            )
+        errors = {v.detail for v in new.verdicts if v.status == Status.ERROR}
+        report.errors += [f"{new.deployment.key}/{new.variant.id}: {e}" for e in sorted(errors)]
+        old_w, new_w = _warnings(old), _warnings(new)
+        if old_w.keys() != new_w.keys():
+            report.warnings.append(
+                WarningChange(
+                    old.deployment.key,
+                    old.variant.id,
+                    tuple(sorted(new_w[k] for k in new_w.keys() - old_w.keys())),
+                    tuple(sorted(old_w[k] for k in old_w.keys() - new_w.keys())),
+                )
+            )
+    return report
+
+
+def render(report: UpgradeReport) -> str:
+    f, t = report.from_version, report.to_version
+    lines = [f"SGLang {f} -> {t}", ""]
+    lines.append("Flags" if report.flags else "Flags: no flag in use was removed, renamed or deprecated")
+    for change in report.flags:
+        if change.change == "renamed":
+            instead = f"; its new name is {change.replacement}"
+        else:
+            instead = f"; sglperf will use {change.replacement}" if change.replacement else "; no known replacement"
+        lines.append(f"  {change.flag}: {change.change} in {t} (used by {', '.join(change.used_by)}){instead}")
+    lines += ["", f"Intents (effective value with {f} -> {t})"]
+    width = max((len(f"{c.deployment}/{c.variant}") for c in report.intents), default=10)
+    for c in report.intents:
+        mark = ""
+        if c.changed:
+            mark = "BREAKS" if c.breaks else ("SGLang default changed" if not c.requested else "changed")
+        lines.append(
+            f"  {f'{c.deployment}/{c.variant}':{width}}  {c.intent:24} {c.before!s:34} -> "
+            f"{c.after!s:34} {c.status_before}->{c.status_after} {mark}".rstrip()
+        )
+    if report.breaking:
+        lines += ["", f"Would fail with {t}:"] + [
+            f"  {c.deployment}/{c.variant} {c.intent}: {c.detail_after}" for c in report.breaking
+        ]
+    if report.warnings:
+        lines += ["", "SGLang warnings"]
+        for w in report.warnings:
+            lines += [f"  {w.deployment}/{w.variant} new: {m}" for m in w.appeared]
+            lines += [f"  {w.deployment}/{w.variant} gone: {m}" for m in w.vanished]
+    if report.errors:
+        lines += ["", f"Refused by {t}:"] + [f"  {e}" for e in report.errors]
+    lines += [
+        "",
+        f"{len(report.changed)} intents change, {len(report.breaking)} would fail with {t}, "
+        f"{len(report.flags)} flag changes",
+    ]
+    return "\n".join(lines)
