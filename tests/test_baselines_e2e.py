@@ -121,7 +121,11 @@ def test_baseline_from_other_gpus_is_never_compared_silently(suite, monkeypatch:
     )
     skipped = suite("--ignore-runner-mismatch", "--baseline-mismatch=skip")
     skipped.assert_outcomes(skipped=1)
+    # Skipped for the mismatch, not for any other reason (a GPU-less runner would skip too).
+    skipped.stdout.fnmatch_lines(["SKIPPED*is not comparable with this run: recorded on NVIDIA RTX A6000*L40S*"])
 
 
 def test_missing_baseline_can_skip(suite) -> None:
-    suite("--baseline-missing=skip").assert_outcomes(skipped=1)
+    skipped = suite("--baseline-missing=skip")
+    skipped.assert_outcomes(skipped=1)
+    skipped.stdout.fnmatch_lines(["SKIPPED*no baseline for *; record it with: pytest -k * --update-baselines*"])

@@ -123,6 +123,10 @@ def test_runner_mismatch_skips_unless_told_to_proceed(project, monkeypatch: pyte
     result.stdout.fnmatch_lines(["*not runner profile '2xA6000'*pass --ignore-runner-mismatch*"])
     result = project("--emulator", "--ignore-runner-mismatch", "-k", "mtp1")
     result.assert_outcomes(passed=4)
+    # It really proceeded on the mismatched GPUs: a server started on the simulated H100s.
+    result.stdout.fnmatch_lines(["*sglperf GPUs: simulated (2xNVIDIA H100 80GB HBM3:80)*"])
+    log = (project.path / "results" / "servers" / "qwen36-mtp1.log").read_text()
+    assert "CUDA_VISIBLE_DEVICES=0,1" in log and "stopped at" in log
 
 
 def _intervals(results: Path) -> list[tuple[str, float, float]]:

@@ -190,7 +190,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        code: int = args.func(args)
+        return code
     except (DeploymentError, preflight.PreflightError, envs.EnvBuildError, store.BaselineError, ValueError) as exc:
         _say(f"sglperf: {exc}")
         return 2

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from sglperf.model.verdict import Status
 from sglperf.preflight import VariantCheck
@@ -73,7 +74,7 @@ class UpgradeReport:
     def changed(self) -> list[IntentChange]:
         return [c for c in self.intents if c.changed]
 
-    def to_record(self) -> dict:
+    def to_record(self) -> dict[str, Any]:
         return {
             "from": self.from_version,
             "to": self.to_version,

@@ -62,7 +62,7 @@ def judge(
 ) -> Verdict:
     """Compare one intent's expectation with the variant's effective args (None: SGLang refused it)."""
     shown_expected = intent.show(expected)
-    base = dict(
+    base: dict[str, Any] = dict(
         deployment=deployment,
         variant=variant,
         intent=intent.name,

@@ -17,7 +17,8 @@ from sglperf.model.resolution import EffectiveArgs, LogLine
 from sglperf.model.server_facts import ServerFacts
 from sglperf.model.verdict import Status, Verdict
 from sglperf.sglang import modelsize
-from sglperf.sglang.intents import INTENTS, PREFILL_CUDA_GRAPH, VISION_WEIGHTS_SKIPPED, Intent, Speculative
+from sglperf.model.intent_names import PREFILL_CUDA_GRAPH, VISION_WEIGHTS_SKIPPED
+from sglperf.sglang.intents import INTENTS, Intent, Speculative
 
 LOG_LEVEL = re.compile(r"\b(DEBUG|INFO|WARNING|ERROR|CRITICAL)\b")
 

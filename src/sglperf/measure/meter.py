@@ -469,7 +469,9 @@ class _Session:
         # The raw response, not the parsed stream: per-chunk pydantic parsing would delay the stamps.
         if self.workload.api == "openai-chat":
             stream = self.oai.chat.completions.with_streaming_response.create(
-                messages=prompt.chat_messages(), logprobs=True, **common
+                messages=prompt.chat_messages(),  # type: ignore[arg-type]  # role is checked when prompts load
+                logprobs=True,
+                **common,
             )
         else:
             stream = self.oai.completions.with_streaming_response.create(prompt=prompt.text, logprobs=0, **common)

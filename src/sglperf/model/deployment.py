@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from pydantic_core import ErrorDetails
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator, model_validator
 
 from sglperf.model.intent_names import INTENT_NAMES, SPECULATIVE
@@ -220,7 +221,7 @@ def _field_path(loc: tuple[Any, ...]) -> str:
     return out or "(top level)"
 
 
-def _describe(error: dict[str, Any], raw: dict[str, Any]) -> str:
+def _describe(error: ErrorDetails, raw: dict[str, Any]) -> str:
     loc = tuple(error["loc"])
     where = _field_path(loc)
     if error["type"] == "extra_forbidden":

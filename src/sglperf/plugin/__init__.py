@@ -149,7 +149,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def _deployments_dir(config: pytest.Config) -> Path:
-    return (config.rootpath / config.getini("sglperf_deployments")).resolve()
+    return (config.rootpath / str(config.getini("sglperf_deployments"))).resolve()
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:

@@ -34,7 +34,7 @@ def explained(excinfo: pytest.ExceptionInfo[BaseException]) -> str | None:
     return str(excinfo.value) if isinstance(excinfo.value, EXPLAINED) else None
 
 
-def _skip(reason: str) -> pytest.skip.Exception:
+def _skip(reason: str) -> BaseException:
     # Reported where the item is, not at this line of the plugin.
     return pytest.skip.Exception(reason, _use_item_location=True)
 

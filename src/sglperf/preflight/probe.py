@@ -27,7 +27,9 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Iterator
 from types import SimpleNamespace
+from typing import Any
 
 # GPU kernel packages, each stubbed only if importing it fails (as SGLang's own CPU tests do with
 # sgl_kernel). flashinfer is stubbed because SGLang picks its default attention backend by whether
@@ -49,16 +51,16 @@ def _stub_gpu_only_modules() -> list[str]:
         return stubbed
 
     class _Loader(importlib.abc.Loader):
-        def create_module(self, spec):
+        def create_module(self, spec: Any) -> None:
             return None
 
-        def exec_module(self, module):
+        def exec_module(self, module: Any) -> None:
             from unittest.mock import MagicMock
 
             module.__getattr__ = lambda attr: MagicMock(name=f"{module.__name__}.{attr}")
 
     class _Finder(importlib.abc.MetaPathFinder):
-        def find_spec(self, fullname, path, target=None):
+        def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
             if fullname.split(".")[0] in stubbed:
                 return importlib.machinery.ModuleSpec(fullname, _Loader(), is_package=True)
             return None
@@ -67,7 +69,7 @@ def _stub_gpu_only_modules() -> list[str]:
     return stubbed
 
 
-def _fake_nvidia_smi(profile: dict) -> str:
+def _fake_nvidia_smi(profile: dict[str, Any]) -> str:
     """A stand-in `nvidia-smi` answering the --query-gpu forms SGLang uses."""
     folder = tempfile.mkdtemp(prefix="sglperf-smi-")
     mib = int(profile["memory_gib"] * 1024)
@@ -106,7 +108,7 @@ for i in range(count):
     return folder
 
 
-def _simulate_gpus(profile: dict) -> None:
+def _simulate_gpus(profile: dict[str, Any]) -> None:
     """Make torch report the runner's GPUs; resolution only reads these properties."""
     import torch
 
@@ -142,7 +144,7 @@ def _simulate_gpus(profile: dict) -> None:
     os.environ["PATH"] = _fake_nvidia_smi(profile) + os.pathsep + os.environ.get("PATH", "")
 
 
-def _jsonable(value, depth=0):
+def _jsonable(value: Any, depth: int = 0) -> Any:
     if depth > 12:
         return repr(value)
     if value is None or isinstance(value, (bool, int, str)):
@@ -163,7 +165,7 @@ def _jsonable(value, depth=0):
     return repr(value)
 
 
-def _describe_parser(server_args_cls) -> dict:
+def _describe_parser(server_args_cls: Any) -> dict[str, Any]:
     parser = argparse.ArgumentParser(add_help=False)
     server_args_cls.add_cli_args(parser)
     options = {}
@@ -199,14 +201,14 @@ class _WriteTracer:
     Releases that resolve with declared overrides (0.5.19+) keep that record themselves.
     """
 
-    def __init__(self, cls):
+    def __init__(self, cls: Any) -> None:
         self.active = False
-        self.writes: list[dict] = []
+        self.writes: list[dict[str, Any]] = []
         names = {f.name for f in dataclasses.fields(cls)}
         original = cls.__setattr__
         tracer = self
 
-        def traced(obj, name, value):
+        def traced(obj: Any, name: str, value: Any) -> None:
             if tracer.active and name in names and name in obj.__dict__:
                 old = obj.__dict__[name]
                 frame = sys._getframe(1)
@@ -234,11 +236,11 @@ class _WriteTracer:
 
 
 class _Capture(logging.Handler):
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__(level=logging.DEBUG)
-        self.lines: list[dict] = []
+        self.lines: list[dict[str, Any]] = []
 
-    def emit(self, record):
+    def emit(self, record: logging.LogRecord) -> None:
         try:
             message = record.getMessage()
         except Exception:
@@ -247,7 +249,7 @@ class _Capture(logging.Handler):
 
 
 @contextlib.contextmanager
-def _job_environment(env: dict):
+def _job_environment(env: dict[str, str]) -> Iterator[None]:
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
@@ -260,7 +262,7 @@ def _job_environment(env: dict):
                 os.environ[k] = v
 
 
-def _resolve(module, argv: list[str], tracer, capture) -> dict:
+def _resolve(module: Any, argv: list[str], tracer: _WriteTracer | None, capture: _Capture) -> dict[str, Any]:
     server_args = module.prepare_server_args(list(argv))
     if hasattr(server_args, "resolve_once"):
         server_args.resolve_once()
@@ -288,7 +290,7 @@ def _resolve(module, argv: list[str], tracer, capture) -> dict:
     return {"effective": _jsonable(effective), "writes": writes}
 
 
-def _resolve_job(module, job: dict, tracer, capture) -> dict:
+def _resolve_job(module: Any, job: dict[str, Any], tracer: _WriteTracer | None, capture: _Capture) -> dict[str, Any]:
     capture.lines = []
     if tracer:
         tracer.writes = []
@@ -318,9 +320,9 @@ def _resolve_job(module, job: dict, tracer, capture) -> dict:
     return result
 
 
-def _start(profile: dict, capture) -> tuple[dict, object]:
+def _start(profile: dict[str, Any], capture: _Capture) -> tuple[dict[str, Any], Any]:
     """Import SGLang under the simulated runner; the first answer describes the release."""
-    ready: dict = {"python": sys.executable}
+    ready: dict[str, Any] = {"python": sys.executable}
     try:
         ready["sglang_version"] = importlib.metadata.version("sglang")
     except importlib.metadata.PackageNotFoundError:
@@ -348,14 +350,14 @@ def main() -> int:
     os.dup2(2, 1)
     sys.stdout = sys.stderr
 
-    def answer(payload: dict) -> None:
+    def answer(payload: dict[str, Any]) -> None:
         answers.write(json.dumps(payload) + "\n")
         answers.flush()
 
     capture = _Capture()
     original_basic_config = logging.basicConfig
 
-    def basic_config_keeping_capture(*args, **kwargs):
+    def basic_config_keeping_capture(*args: Any, **kwargs: Any) -> None:
         original_basic_config(*args, **kwargs)
         logging.getLogger().addHandler(capture)
 

@@ -137,7 +137,8 @@ class _Worker:
                 f"the SGLang probe died or hung while {doing} (limit {timeout:.0f} s); "
                 f"its output ends with:\n{self.stderr_tail()}"
             )
-        return json.loads(line)
+        answer: dict[str, Any] = json.loads(line)
+        return answer
 
     def stderr_tail(self, lines: int = 25) -> str:
         try:
@@ -185,9 +186,10 @@ class Resolver:
     def _cached(self, key: str) -> dict[str, Any] | None:
         path = self.cache_dir / f"{key}.json"
         try:
-            return json.loads(path.read_text())
+            cached: dict[str, Any] = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError):
             return None
+        return cached
 
     def _store(self, key: str, payload: dict[str, Any]) -> None:
         write_text_atomic(self.cache_dir / f"{key}.json", json.dumps(payload), fsync=False)

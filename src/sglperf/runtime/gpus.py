@@ -129,7 +129,8 @@ def _import_pynvml() -> ModuleType | None:
         import pynvml  # from the nvidia-ml-py package
     except ImportError:
         return None
-    return pynvml
+    module: ModuleType = pynvml
+    return module
 
 
 def _text(value: str | bytes) -> str:

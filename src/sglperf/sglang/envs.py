@@ -107,7 +107,7 @@ def is_gpu_only(name: str) -> bool:
 def light_requirements(metadata_text: str) -> list[str]:
     """The release's own requirement lines, minus extras, foreign platforms and GPU-only packages."""
     message = email.parser.Parser().parsestr(metadata_text)
-    marker_env = default_environment()
+    marker_env: dict[str, str] = dict(default_environment())  # type: ignore[arg-type]
     kept = []
     for line in message.get_all("Requires-Dist") or []:
         req = Requirement(line)

@@ -12,7 +12,8 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from sglperf.model.deployment import Deployment, Variant
-from sglperf.sglang.intents import INTENTS, SPECULATIVE, IntentNotExpressible, ParserInfo, replacement_for
+from sglperf.model.intent_names import SPECULATIVE
+from sglperf.sglang.intents import INTENTS, IntentNotExpressible, ParserInfo, replacement_for
 
 # Flags renamed outside any intent, learnt from reading the releases: old spelling -> new one.
 RENAMED_FLAGS = {

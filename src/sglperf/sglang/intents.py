@@ -73,10 +73,21 @@ class Reading:
 
 
 class Intent(Protocol):
-    name: str
-    fields: tuple[str, ...]  # effective fields whose writes explain this intent
-    log_keywords: tuple[str, ...]  # log lines mentioning these explain it too
-    known_flags: Mapping[str, Any]  # every spelling across releases -> the intent value it requests
+    # Read-only members: each implementation declares its own as class attributes.
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        """Effective fields whose writes explain this intent."""
+
+    @property
+    def log_keywords(self) -> tuple[str, ...]:
+        """Log lines mentioning these explain it too."""
+
+    @property
+    def known_flags(self) -> Mapping[str, Any]:
+        """Every spelling across releases -> the intent value it requests."""
 
     def flags(self, value: Any, parser: ParserInfo, architectures: tuple[str, ...]) -> list[str]: ...
 
@@ -354,10 +365,14 @@ class Speculative:
         return f"{shown} steps={data['num_steps']} draft={data['num_draft_tokens']} topk={data['eagle_topk']}"
 
 
-INTENTS: dict[str, Intent] = {
-    i.name: i
-    for i in (PrefillCudaGraph(), DecodeCudaGraph(), SingleBatchOverlap(), VisionWeightsSkipped(), Speculative())
-}
+_IMPLEMENTATIONS: tuple[Intent, ...] = (
+    PrefillCudaGraph(),
+    DecodeCudaGraph(),
+    SingleBatchOverlap(),
+    VisionWeightsSkipped(),
+    Speculative(),
+)
+INTENTS: dict[str, Intent] = {i.name: i for i in _IMPLEMENTATIONS}
 assert tuple(INTENTS) == INTENT_NAMES, "every intent name has exactly one implementation"
 
 

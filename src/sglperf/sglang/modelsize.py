@@ -69,7 +69,7 @@ class _Reader:
             if f"{where}{key}" not in self.missing:  # every layer asks again
                 self.missing.append(f"{where}{key}")
             return 0
-        return value
+        return int(value)
 
     def check(self) -> None:
         if self.missing:
@@ -196,7 +196,7 @@ def _qwen3_vision(v: Mapping[str, Any], r: _Reader) -> int:
         return 2 * norm_dim + _linear(merged, merged, True) + _linear(merged, out_hidden, True)
 
     deepstack = len(v.get("deepstack_visual_indexes") or [])
-    return (
+    return int(
         patch_embed
         + pos_embed
         + r.need(v, "depth", where) * block

@@ -52,7 +52,8 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from sglperf.sglang.flags import API_KEY_FLAG, HOST_FLAG, LOAD_FORMAT_FLAG, MODEL_PATH_FLAG, PORT_FLAG, TP_FLAG
-from sglperf.sglang.intents import DECODE_CUDA_GRAPH, INTENTS, PREFILL_CUDA_GRAPH, DecodeCudaGraph, Speculative
+from sglperf.model.intent_names import DECODE_CUDA_GRAPH, PREFILL_CUDA_GRAPH
+from sglperf.sglang.intents import INTENTS, DecodeCudaGraph, Speculative
 
 CONFIG_ENV = "SGLPERF_EMULATOR_CONFIG"
 EFFECTIVE_ENV = "SGLPERF_EMULATOR_EFFECTIVE"
