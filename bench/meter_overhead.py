@@ -37,7 +37,8 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from sglperf.measure.meter import RequestSample, measure
+from sglperf.measure.meter import measure
+from sglperf.measure.samples import RequestSample
 from sglperf.measure.prompts import Message, Prompt, PromptSet
 from sglperf.model.deployment import Workload
 from sglperf.testing.emulator import (

@@ -34,22 +34,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sglperf.measure.meter import (
+from sglperf.measure.meter import measure
+from sglperf.measure.samples import (
     Chunk,
-    Event,
     MeterError,
-    RequestContext,
     WorkloadResult,
     chunks_from_cumulative,
     decode_tok_s,
     decode_window,
     itl_s,
-    measure,
-    parse_native,
-    parse_openai,
-    sse_events,
     ttft_s,
 )
+from sglperf.measure.stream import Event, RequestContext, parse_native, parse_openai, sse_events
 from sglperf.measure.prompts import Message, Prompt, PromptError, PromptSet, load_prompts
 from sglperf.model.deployment import Workload
 from sglperf.runtime.server import free_port

@@ -83,12 +83,12 @@ def cmd_baseline(args: argparse.Namespace) -> int:
         for path in map(Path, args.files):
             b = store.load(path)
             p = b.provenance
+            gpus = ", ".join(sorted(set(p.gpu_names)))
+            emulated = " [EMULATOR]" if p.emulated else ""
+            print(f"{path}: {b.deployment}/{b.variant} on {p.runner} ({p.gpu_count}x {gpus}){emulated}")
             print(
-                f"{path}: {b.deployment}/{b.variant} on {p.runner} ({p.gpu_count}x {', '.join(sorted(set(p.gpu_names)))})"
-                f"{' [EMULATOR]' if p.emulated else ''}"
-            )
-            print(
-                f"  SGLang {p.sglang_version}, torch {p.torch_version}, CUDA {p.cuda_version}, driver {p.driver_version}, "
+                f"  SGLang {p.sglang_version}, torch {p.torch_version}, CUDA {p.cuda_version}, "
+                f"driver {p.driver_version}, "
                 f"sglperf {p.harness_version} ({p.git_commit[:10]}), recorded {p.date}"
             )
             print(f"  launch: {p.launch_command}")

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from sglperf.baselines import stats, store
-from sglperf.measure import meter
+from sglperf.measure.samples import RequestSample, WorkloadResult, metric_values
 from sglperf.model.measurement import BaselineStatus, MetricComparison, Provenance
 from sglperf.model.metrics import METRICS
 
@@ -22,16 +22,16 @@ WEIGHT_DEPENDENT = ("accept_length",)
 DUMMY_NOTE = "--load-format dummy (random weights): acceptance is meaningless and not compared"
 
 
-def round_samples(result: meter.WorkloadResult) -> dict[str, list[float]]:
+def round_samples(result: WorkloadResult) -> dict[str, list[float]]:
     """Per metric, one value per round: the mean over that round's requests."""
-    by_round: dict[int, list[meter.RequestSample]] = {}
+    by_round: dict[int, list[RequestSample]] = {}
     for sample in result.samples:
         by_round.setdefault(sample.repeat, []).append(sample)
     out: dict[str, list[float]] = {}
     for metric in METRICS:
         values = []
         for _, samples in sorted(by_round.items()):
-            xs = meter.metric_values(samples, metric)
+            xs = metric_values(samples, metric)
             if xs:
                 values.append(float(np.mean(xs)))
         if values:

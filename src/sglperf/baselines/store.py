@@ -154,9 +154,8 @@ def describe_change(old: Baseline | None, new: Baseline, key: str) -> list[str]:
     old_entry = old.entries.get(key) if old else None
     key = f"{new.deployment}/{new.variant} {key}"
     if old_entry is None:
-        return [
-            f"{key}: new baseline ({', '.join(f'{m} median {s.median:g}' for m, s in sorted(new_entry.summary.items()))})"
-        ]
+        medians = ", ".join(f"{m} median {s.median:g}" for m, s in sorted(new_entry.summary.items()))
+        return [f"{key}: new baseline ({medians})"]
     lines = []
     for metric, summary in sorted(new_entry.summary.items()):
         before = old_entry.summary.get(metric)
@@ -183,9 +182,8 @@ def identity_problems(baseline: Baseline, current: Provenance) -> list[str]:
     if b.gpu_count != current.gpu_count:
         problems.append(f"recorded on {b.gpu_count} GPUs, this run has {current.gpu_count}")
     if sorted(b.gpu_names) != sorted(current.gpu_names):
-        problems.append(
-            f"recorded on {', '.join(sorted(set(b.gpu_names)))}, this run has {', '.join(sorted(set(current.gpu_names)))}"
-        )
+        then, now = ", ".join(sorted(set(b.gpu_names))), ", ".join(sorted(set(current.gpu_names)))
+        problems.append(f"recorded on {then}, this run has {now}")
     return problems
 
 

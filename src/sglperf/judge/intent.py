@@ -62,15 +62,15 @@ def judge(
 ) -> Verdict:
     """Compare one intent's expectation with the variant's effective args (None: SGLang refused it)."""
     shown_expected = intent.show(expected)
-    base: dict[str, Any] = dict(
-        deployment=deployment,
-        variant=variant,
-        intent=intent.name,
-        expected=shown_expected,
-        sglang_version=sglang_version,
-        warnings=tuple(warnings),
-        tier=tier,
-    )
+    base: dict[str, Any] = {
+        "deployment": deployment,
+        "variant": variant,
+        "intent": intent.name,
+        "expected": shown_expected,
+        "sglang_version": sglang_version,
+        "warnings": tuple(warnings),
+        "tier": tier,
+    }
     if error is not None or args is None:
         message = f"{error.type}: {error.message}" if error else "no effective args"
         return Verdict(actual=None, status=Status.ERROR, detail=f"SGLang's validation says: {message}", **base)

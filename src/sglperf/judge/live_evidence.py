@@ -13,11 +13,11 @@ from dataclasses import replace
 from typing import Any
 
 from sglperf.judge.intent import judge
+from sglperf.model.intent_names import PREFILL_CUDA_GRAPH, VISION_WEIGHTS_SKIPPED
 from sglperf.model.resolution import EffectiveArgs, LogLine
 from sglperf.model.server_facts import ServerFacts
 from sglperf.model.verdict import Status, Verdict
 from sglperf.sglang import modelsize
-from sglperf.model.intent_names import PREFILL_CUDA_GRAPH, VISION_WEIGHTS_SKIPPED
 from sglperf.sglang.intents import INTENTS, Intent, Speculative
 
 LOG_LEVEL = re.compile(r"\b(DEBUG|INFO|WARNING|ERROR|CRITICAL)\b")

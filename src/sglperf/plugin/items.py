@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from sglperf import preflight
-from sglperf.measure.meter import MeterError
+from sglperf.measure.samples import MeterError
 from sglperf.model.deployment import Deployment, DeploymentError, Variant, load
 from sglperf.model.verdict import Status, Verdict
 from sglperf.plugin.keys import LIVE_KEY, PREFLIGHT_KEY

@@ -21,6 +21,7 @@ import io
 import json
 import linecache
 import logging
+import math
 import os
 import stat
 import sys
@@ -61,7 +62,7 @@ def _stub_gpu_only_modules() -> list[str]:
 
     class _Finder(importlib.abc.MetaPathFinder):
         def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-            if fullname.split(".")[0] in stubbed:
+            if fullname.split(".", maxsplit=1)[0] in stubbed:
                 return importlib.machinery.ModuleSpec(fullname, _Loader(), is_package=True)
             return None
 
@@ -150,7 +151,7 @@ def _jsonable(value: Any, depth: int = 0) -> Any:
     if value is None or isinstance(value, (bool, int, str)):
         return value
     if isinstance(value, float):
-        return value if value == value and value not in (float("inf"), float("-inf")) else repr(value)
+        return value if math.isfinite(value) else repr(value)
     if isinstance(value, dict):
         return {str(k): _jsonable(v, depth + 1) for k, v in value.items()}
     if isinstance(value, (list, tuple, set, frozenset)):

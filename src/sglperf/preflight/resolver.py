@@ -102,7 +102,8 @@ class _Worker:
     """One probe process: import once, resolve many."""
 
     def __init__(self, python: str, profile: RunnerProfile):
-        self._stderr = tempfile.NamedTemporaryFile(prefix="sglperf-probe-", suffix=".log", delete=False)
+        # Kept open for the worker's lifetime and read on failure; close() removes it.
+        self._stderr = tempfile.NamedTemporaryFile(prefix="sglperf-probe-", suffix=".log", delete=False)  # noqa: SIM115
         self.proc = subprocess.Popen(
             [python, str(PROBE)],
             stdin=subprocess.PIPE,

@@ -21,8 +21,9 @@ def _fmt(value: object) -> str:
 def markdown(run: RunResults, plot_files: Mapping[str, Sequence[Path]] | None = None) -> str:
     """Per variant: intents with verdicts, then metrics against the baseline."""
     plot_files = plot_files or {}
-    variants = sorted({(v.deployment, v.variant) for v in run.verdicts}
-                      | {(m.deployment, m.variant) for m in run.measurements})
+    variants = sorted(
+        {(v.deployment, v.variant) for v in run.verdicts} | {(m.deployment, m.variant) for m in run.measurements}
+    )
     failed = sum(v.status in (Status.FAIL, Status.ERROR) for v in run.verdicts)
     regressions = sum(c.outcome.value == "regression" for m in run.measurements for c in m.comparisons)
     lines = [f"# sglperf report: {run.folder.name}", ""]

@@ -106,7 +106,7 @@ class Server:
         if cuda_visible_devices is not None:
             env["CUDA_VISIBLE_DEVICES"] = cuda_visible_devices
         spec.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log = open(spec.log_path, "ab")
+        self._log = open(spec.log_path, "ab")  # noqa: SIM115  # closed in stop()
         self._log.write(
             f"# sglperf: started at {time.time():.3f} CUDA_VISIBLE_DEVICES="
             f"{cuda_visible_devices}: {' '.join(self.command)}\n".encode()
@@ -119,7 +119,7 @@ class Server:
             env=env,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
-            preexec_fn=_die_with_parent,
+            preexec_fn=_die_with_parent,  # noqa: PLW1509  # one prctl call, no locks taken
         )
         self.started_at = time.monotonic()
         self._stopped: StopReport | None = None

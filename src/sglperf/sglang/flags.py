@@ -88,7 +88,10 @@ def _unknown_flag_message(flag: str, parser: ParserInfo, where: str, architectur
     if replacement is None and flag in RENAMED_FLAGS and parser.has(RENAMED_FLAGS[flag]):
         replacement = RENAMED_FLAGS[flag]
     if replacement:
-        return f"{where}: {flag} is not accepted by SGLang {parser.version} (removed or renamed); replacement: {replacement}"
+        return (
+            f"{where}: {flag} is not accepted by SGLang {parser.version} (removed or renamed); "
+            f"replacement: {replacement}"
+        )
     close = difflib.get_close_matches(flag, list(parser.options), n=3, cutoff=0.75)
     hint = f"; similar flags: {', '.join(close)}" if close else "; no known replacement"
     return f"{where}: {flag} is not accepted by SGLang {parser.version}{hint}"

@@ -51,8 +51,8 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from sglperf.sglang.flags import API_KEY_FLAG, HOST_FLAG, LOAD_FORMAT_FLAG, MODEL_PATH_FLAG, PORT_FLAG, TP_FLAG
 from sglperf.model.intent_names import DECODE_CUDA_GRAPH, PREFILL_CUDA_GRAPH
+from sglperf.sglang.flags import API_KEY_FLAG, HOST_FLAG, LOAD_FORMAT_FLAG, MODEL_PATH_FLAG, PORT_FLAG, TP_FLAG
 from sglperf.sglang.intents import INTENTS, DecodeCudaGraph, Speculative
 
 CONFIG_ENV = "SGLPERF_EMULATOR_CONFIG"
@@ -554,7 +554,8 @@ class EmulatorState:
     def metrics(self) -> str:
         with self.lock:
             s = dataclasses.replace(self.stats)
-        label = '{model_name="%s"}' % str(self.model_name).replace('"', '\\"')
+        name = str(self.model_name).replace('"', '\\"')
+        label = f'{{model_name="{name}"}}'
         rows = [
             ("num_requests_total", "counter", s.requests_total),
             ("prompt_tokens_total", "counter", s.prompt_tokens_total),
@@ -858,7 +859,7 @@ class _Handler(BaseHTTPRequestHandler):
                 "logprobs": {"content": _chat_logprobs(tokens)} if want_logprobs else None,
                 "finish_reason": _openai_finish(run) if chunk.final else None,
             }
-            return out + [{**head(run), "choices": [choice], "usage": None}]
+            return [*out, {**head(run), "choices": [choice], "usage": None}]
 
         def tail(run: Run) -> list[dict[str, Any]]:
             return [{**head(run), "choices": [], "usage": _usage(run)}] if usage_chunk else []

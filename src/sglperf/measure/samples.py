@@ -1,0 +1,145 @@
+"""The meter's records: per-request samples, their per-chunk arithmetic, and a workload's result.
+
+Definitions, per request (times in seconds from just before the request is sent):
+
+* TTFT: arrival of the first chunk that carries tokens.
+* decode tok/s: tokens after the first chunk / (last chunk time - first chunk time). The first
+  chunk is excluded because its tokens come from prefill, not from the decode loop.
+* ITL: the same window per token, (last - first) / tokens after the first chunk = 1 / decode tok/s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from sglperf.model.metrics import METRIC_NAMES
+
+SERVER_ACCEPT_CAVEAT = (
+    "server value is a running average since the server started (warm-up and other "
+    "clients included); the client value covers the measured requests only"
+)
+
+
+class MeterError(RuntimeError):
+    """A request or workload could not be measured; the message names server, request and cause."""
+
+
+@dataclass(frozen=True)
+class Chunk:
+    t: float  # perf_counter seconds since the request was sent
+    tokens: int  # tokens this chunk carries
+
+
+@dataclass(frozen=True)
+class RequestSample:
+    prompt_id: str
+    repeat: int
+    ttft_s: float
+    decode_tok_s: float | None  # None with fewer than two token-carrying chunks
+    itl_s: float | None  # per token, not per chunk
+    e2e_s: float
+    completion_tokens: int
+    chunks: tuple[Chunk, ...]  # token-carrying chunks only
+    spec_verify_ct: int | None
+    spec_accept_length: float | None  # completion_tokens / spec_verify_ct (prefill token included)
+    spec_accept_rate: float | None
+    spec_note: str | None = None  # why the spec fields are None
+    server_request_id: str | None = None  # the server's id for this request, to find it in server logs
+
+    def to_record(self) -> dict[str, Any]:
+        record = asdict(self)
+        record["chunks"] = [[c.t, c.tokens] for c in self.chunks]
+        return record
+
+
+def ttft_s(chunks: Sequence[Chunk]) -> float | None:
+    """Arrival of the first chunk carrying tokens."""
+    return next((c.t for c in chunks if c.tokens > 0), None)
+
+
+def decode_window(chunks: Sequence[Chunk]) -> tuple[int, float] | None:
+    """(tokens after the first token-carrying chunk, seconds from it to the last), or None if undefined."""
+    carrying = [c for c in chunks if c.tokens > 0]
+    if len(carrying) < 2:
+        return None
+    window = carrying[-1].t - carrying[0].t
+    if window <= 0:
+        return None
+    return sum(c.tokens for c in carrying[1:]), window
+
+
+def decode_tok_s(chunks: Sequence[Chunk]) -> float | None:
+    w = decode_window(chunks)
+    return None if w is None else w[0] / w[1]
+
+
+def itl_s(chunks: Sequence[Chunk]) -> float | None:
+    w = decode_window(chunks)
+    return None if w is None else w[1] / w[0]
+
+
+def chunks_from_cumulative(times: Sequence[float], cumulative: Sequence[int]) -> tuple[Chunk, ...]:
+    """Token-carrying chunks from a cumulative token counter; ValueError if the counter goes down."""
+    chunks, previous = [], 0
+    for t, total in zip(times, cumulative, strict=True):
+        if total < previous:
+            raise ValueError(f"completion_tokens went down from {previous} to {total} at {t:.4f} s")
+        if total > previous:
+            chunks.append(Chunk(t, total - previous))
+        previous = total
+    return tuple(chunks)
+
+
+@dataclass(frozen=True)
+class RequestSummary:
+    median: float
+    p10: float
+    p90: float
+    mean: float
+    stdev: float | None  # sample standard deviation; None for a single value
+    n: int
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> RequestSummary:
+        a = np.asarray(values, dtype=float)
+        if a.size == 0:
+            raise ValueError("no values to summarise")
+        p10, median, p90 = np.percentile(a, [10, 50, 90])
+        stdev = float(a.std(ddof=1)) if a.size > 1 else None
+        return cls(float(median), float(p10), float(p90), float(a.mean()), stdev, int(a.size))
+
+
+@dataclass(frozen=True)
+class WorkloadResult:
+    base_url: str
+    workload_id: str
+    api: str
+    concurrency: int
+    output_len: int
+    prompt_set: str
+    prompt_digest: str
+    samples: tuple[RequestSample, ...]
+    summary: Mapping[str, RequestSummary]  # by metric name (the metric table); a metric without values is absent
+    client_accept_length: float | None  # total completion tokens / total verify steps, measured requests
+    server_accept_length: float | None  # server-wide running average, see SERVER_ACCEPT_CAVEAT
+    accept_note: str | None  # why an acceptance value is missing
+    wall_s: float
+
+    def to_record(self) -> dict[str, Any]:
+        record = {k: v for k, v in asdict(self).items() if k not in ("samples", "summary")}
+        record["summary"] = {k: asdict(v) for k, v in self.summary.items()}
+        record["server_accept_caveat"] = SERVER_ACCEPT_CAVEAT
+        record["samples"] = [s.to_record() for s in self.samples]
+        return record
+
+
+def metric_values(samples: Sequence[RequestSample], metric: str) -> tuple[float, ...]:
+    """Per-request values of one metric, skipping requests where it is undefined."""
+    if metric not in METRIC_NAMES:
+        raise KeyError(f"unknown metric {metric!r}; known: {', '.join(METRIC_NAMES)}")
+    attr = "spec_accept_length" if metric == "accept_length" else metric
+    return tuple(v for s in samples if (v := getattr(s, attr)) is not None)
