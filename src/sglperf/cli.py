@@ -42,7 +42,7 @@ def _check_all(
     checks: list[preflight.VariantCheck] = []
     version, parser = "", None
     for deployment in discover(list(paths)):
-        resolver = preflight.Resolver(python, deployment.runner)
+        resolver = preflight.Resolver(python, deployment.runner, progress=_say)
         try:
             release = resolver.release()
             version, parser = release.version, release.parser
@@ -139,9 +139,7 @@ def cmd_env(args: argparse.Namespace) -> int:
                 return 1
             print(env.python)
     else:
-        root = envs.home() / "envs"
-        for path in sorted(root.glob("sglang-*")) if root.is_dir() else []:
-            env = envs.env_for(path.name.removeprefix("sglang-"))
+        for env in envs.list_envs():
             print(f"{env.version:12} {'ready' if env.ready else 'incomplete':10} {env.path}")
     return 0
 

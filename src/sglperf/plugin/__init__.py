@@ -11,14 +11,15 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import signal
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from sglperf.model.progress import Progress
 from sglperf.plugin.items import DeploymentFile, LiveTierItem
-from sglperf.plugin.keys import LIVE_KEY, PREFLIGHT_KEY, SIGTERM_KEY
+from sglperf.plugin.keys import LIVE_KEY, PREFLIGHT_KEY, PROGRESS_KEY, SIGTERM_KEY
+from sglperf.plugin.progress import LiveProgress
 from sglperf.plugin.summary import RunSummary
 from sglperf.runtime import gpus, server
 from sglperf.session import LiveOptions, LiveSession, PreflightSession
@@ -95,13 +96,9 @@ def pytest_configure(config: pytest.Config) -> None:
     for name, meaning in TIER_MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {meaning}")
 
-    def progress(message: str) -> None:
-        # Looked up per call: the terminal reporter does not exist yet while plugins configure.
-        reporter = config.pluginmanager.get_plugin("terminalreporter")
-        if reporter is not None:
-            reporter.write_line(f"[sglperf] {message}")
-        else:
-            print(f"[sglperf] {message}", file=sys.stderr, flush=True)
+    results_dir = _results_dir(config)
+    progress: Progress = LiveProgress(config, results_dir)
+    config.stash[PROGRESS_KEY] = progress
 
     chosen: list[str] = []
 
@@ -112,13 +109,13 @@ def pytest_configure(config: pytest.Config) -> None:
             )
         return chosen[0]
 
-    config.stash[PREFLIGHT_KEY] = PreflightSession(python)
+    config.stash[PREFLIGHT_KEY] = PreflightSession(python, progress)
     options = LiveOptions(
         emulator=config.getoption("emulator"),
         emulator_config=config.getoption("emulator_config"),
         model_path=config.getoption("model_path"),
         api_key=config.getoption("api_key"),
-        results_dir=_results_dir(config),
+        results_dir=results_dir,
         ignore_runner_mismatch=config.getoption("ignore_runner_mismatch"),
         gpu_timeout_s=config.getoption("gpu_timeout"),
         baselines_dir=Path(config.getoption("baselines_dir") or config.rootpath / "baselines"),

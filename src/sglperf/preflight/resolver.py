@@ -16,24 +16,27 @@ import queue
 import subprocess
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from filelock import FileLock
 
 from sglperf.model.deployment import RunnerProfile
 from sglperf.model.files import write_text_atomic
+from sglperf.model.progress import Progress, silent
 from sglperf.model.resolution import LogLine, Resolution, SGLangError, Write
 from sglperf.sglang import envs
 from sglperf.sglang.intents import Option, ParserInfo
 
+T = TypeVar("T")
 PROBE = Path(__file__).with_name("probe.py")
 # Log lines caused by the simulation itself, not by the deployment: no NVML library in the
 # resolution environment, and a model folder holding only config.json.
 SIMULATION_ARTEFACTS = ("Failed to import pynvml", "generation_config.json")
 STARTUP_TIMEOUT_S = 300.0
+INTERPRETER_TIMEOUT_S = 60.0
 JOB_TIMEOUT_S = 120.0
 
 
@@ -42,16 +45,19 @@ class PreflightError(RuntimeError):
 
 
 def resolution_from_probe(argv: Sequence[str], env: dict[str, str], raw: dict[str, Any], cached: bool) -> Resolution:
-    """The worker's JSON answer for one variant, as a record; simulation artefacts dropped."""
+    """The worker's JSON answer for one variant, as a record; simulation artefacts dropped.
+
+    KeyError/TypeError when ``raw`` is not such an answer (a damaged cache entry)."""
     error = raw.get("error")
+    effective = raw.get("effective")
+    if not isinstance(error, dict) and not isinstance(effective, dict):
+        raise TypeError("neither effective args nor SGLang's error")
     return Resolution(
         argv=tuple(argv),
         env=dict(env),
-        effective=raw.get("effective"),
+        effective=effective,
         logs=tuple(
-            LogLine(**line)
-            for line in raw.get("logs", [])
-            if not any(a in line["message"] for a in SIMULATION_ARTEFACTS)
+            LogLine(**line) for line in raw["logs"] if not any(a in line["message"] for a in SIMULATION_ARTEFACTS)
         ),
         writes=tuple(
             Write(**{k: w.get(k) for k in Write.__dataclass_fields__ if k in w}) for w in raw.get("writes", [])
@@ -86,9 +92,27 @@ def installed_sglang(python: str) -> tuple[str, float]:
         "try:\n d = m.distribution('sglang'); print(json.dumps([d.version, os.path.getmtime(d._path)]))\n"
         "except m.PackageNotFoundError: print('null')"
     )
-    proc = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60)
-    found = json.loads(proc.stdout.strip() or "null") if proc.returncode == 0 else None
-    if not found:
+    what = f"interpreter {python}"
+    try:
+        proc = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=INTERPRETER_TIMEOUT_S)
+    except OSError as exc:  # not executable, not a program at all
+        raise PreflightError(f"{what} cannot be run ({exc.strerror or exc}); pass a Python interpreter") from None
+    except subprocess.TimeoutExpired:
+        raise PreflightError(
+            f"{what} did not answer within {INTERPRETER_TIMEOUT_S:.0f} s; is it a Python interpreter?"
+        ) from None
+    try:
+        found = (
+            json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 and proc.stdout.strip() else None
+        )
+    except json.JSONDecodeError:
+        raise PreflightError(f"{what} is not a Python interpreter (it printed {proc.stdout.strip()[:80]!r})") from None
+    if proc.returncode != 0 and "import" not in proc.stderr:
+        raise PreflightError(
+            f"{what} is not a Python interpreter (exit {proc.returncode}: "
+            f"{(proc.stderr or proc.stdout).strip()[:120]!r})"
+        )
+    if not isinstance(found, list) or len(found) != 2:
         raise PreflightError(
             f"no SGLang installed for {python}. Either let sglperf build an environment for a release "
             "(`sglperf env build 0.5.23`, then `--sglang 0.5.23` / `--sglang-version 0.5.23`), or install it "
@@ -165,7 +189,7 @@ class _Worker:
 class Resolver:
     """Resolves argv lists with one SGLang installation under one simulated runner profile."""
 
-    def __init__(self, python: str, profile: RunnerProfile, cache_dir: Path | None = None):
+    def __init__(self, python: str, profile: RunnerProfile, cache_dir: Path | None = None, progress: Progress = silent):
         self.python = python
         self.profile = profile
         self.version, installed_at = installed_sglang(python)
@@ -183,14 +207,36 @@ class Resolver:
         }
         self._worker: _Worker | None = None
         self._release: Release | None = None
+        self._progress = progress
+        self._said_discarded = False
 
-    def _cached(self, key: str) -> dict[str, Any] | None:
+    def _cached(self, key: str, parse: Callable[[dict[str, Any]], T]) -> T | None:
+        """A cache entry parsed into its record, or None. An entry that is not what this code wrote
+        (damaged, truncated, edited by hand) is discarded and recomputed, and said once per run."""
         path = self.cache_dir / f"{key}.json"
         try:
-            cached: dict[str, Any] = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
+            raw = json.loads(path.read_bytes().decode("utf-8"))
+        except FileNotFoundError:
             return None
-        return cached
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            self._discard(path, f"unreadable ({type(exc).__name__})")
+            return None
+        try:
+            if not isinstance(raw, dict):
+                raise TypeError(type(raw).__name__)
+            return parse(raw)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            self._discard(path, f"not a preflight record ({type(exc).__name__}: {exc})")
+            return None
+
+    def _cached_resolution(self, key: str, argv: Sequence[str], env: dict[str, str]) -> Resolution | None:
+        return self._cached(key, lambda raw: resolution_from_probe(argv, env, raw, cached=True))
+
+    def _discard(self, path: Path, why: str) -> None:
+        if not self._said_discarded:
+            self._progress(f"preflight cache entry {path} is {why}: recomputing it (and any other damaged entry)")
+            self._said_discarded = True
+        path.unlink(missing_ok=True)
 
     def _store(self, key: str, payload: dict[str, Any]) -> None:
         write_text_atomic(self.cache_dir / f"{key}.json", json.dumps(payload), fsync=False)
@@ -214,37 +260,41 @@ class Resolver:
     def release(self) -> Release:
         if self._release is None:
             key = _digest({**self._key_base, "what": "release"})
-            hello = self._cached(key)
-            if hello is None:
+            release = self._cached(key, self._release_from)
+            if release is None:
                 hello = self._ensure_worker().hello
+                release = self._release_from(hello)
                 self._store(key, {k: v for k, v in hello.items() if k != "import_logs"})
-            options = {
-                flag: Option(
-                    dest=o["dest"],
-                    choices=tuple(o["choices"]) if o["choices"] else None,
-                    default=o["default"],
-                    takes_value=o["takes_value"],
-                    deprecated=o["deprecated"],
-                    help=o["help"],
-                )
-                for flag, o in hello["parser"].items()
-            }
-            lmo = hello.get("language_model_only_architectures")
-            self._release = Release(
-                self.python,
-                hello["sglang_version"],
-                ParserInfo(hello["sglang_version"], options, tuple(lmo) if lmo else None),
-                tuple(hello.get("stubbed_modules", ())),
-            )
+            self._release = release
         return self._release
+
+    def _release_from(self, hello: dict[str, Any]) -> Release:
+        """The worker's first answer (or its cached copy) as a record; KeyError/TypeError if malformed."""
+        options = {
+            flag: Option(
+                dest=o["dest"],
+                choices=tuple(o["choices"]) if o["choices"] else None,
+                default=o["default"],
+                takes_value=o["takes_value"],
+                deprecated=o["deprecated"],
+                help=o["help"],
+            )
+            for flag, o in hello["parser"].items()
+        }
+        lmo = hello.get("language_model_only_architectures")
+        return Release(
+            self.python,
+            str(hello["sglang_version"]),
+            ParserInfo(str(hello["sglang_version"]), options, tuple(lmo) if lmo else None),
+            tuple(hello.get("stubbed_modules", ())),
+        )
 
     def resolve(self, jobs: Sequence[tuple[Sequence[str], dict[str, str]]], salt: str = "") -> list[Resolution]:
         """Resolve each (argv, env); ``salt`` adds what argv does not show (e.g. the config digest)."""
         keys = [_digest({**self._key_base, "argv": list(argv), "env": env, "salt": salt}) for argv, env in jobs]
         results: list[Resolution | None] = []
         for key, (argv, env) in zip(keys, jobs):
-            raw = self._cached(key)
-            results.append(resolution_from_probe(argv, env, raw, cached=True) if raw else None)
+            results.append(self._cached_resolution(key, argv, env))
         missing = [i for i, r in enumerate(results) if r is None]
         if missing:
             # One lock per cache folder: parallel pytest workers wait instead of importing SGLang twice.
@@ -252,13 +302,14 @@ class Resolver:
             with FileLock(str(self.cache_dir / f"{keys[missing[0]]}.lock")):
                 for i in missing:
                     argv, env = jobs[i]
-                    raw = self._cached(keys[i])
-                    if raw is None:
+                    found = self._cached_resolution(keys[i], argv, env)
+                    if found is None:
                         raw = self._ensure_worker().ask(
                             {"id": i, "argv": list(argv), "env": env}, JOB_TIMEOUT_S, f"resolving {' '.join(argv)}"
                         )
                         self._store(keys[i], raw)
-                    results[i] = resolution_from_probe(argv, env, raw, cached=False)
+                        found = resolution_from_probe(argv, env, raw, cached=False)
+                    results[i] = found
         return [r for r in results if r is not None]
 
     def close(self) -> None:

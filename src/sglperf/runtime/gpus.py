@@ -446,7 +446,10 @@ class GpuAllocator:
                     f"{self._describe_holders()} (locks in {self.lock_dir})"
                 )
             if progress is not None and now >= next_progress:
-                progress(f"waiting {waited:.0f} s for {count} GPU(s); {self._describe_holders()}")
+                progress(
+                    f"waiting {waited:.0f} s (at most {timeout_s:.0f} s) for {count} GPU(s); "
+                    f"{self._describe_holders()} (locks in {self.lock_dir})"
+                )
                 next_progress = now + self.progress_every_s
             time.sleep(min(self.poll_s, max(0.0, timeout_s - waited)))
 

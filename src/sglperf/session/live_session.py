@@ -135,7 +135,7 @@ class LiveSession:
         if self.options.emulator:
             env.update(self._emulator_env(name, check, release.version, deployment, launch))
         if self._allocator is None:
-            self._allocator = gpus.GpuAllocator()
+            self._allocator = gpus.GpuAllocator(lock_dir=self._gpu_lock_dir())
         lease = self._allocator.acquire(deployment.launch.tp_size, self.options.gpu_timeout_s, self.progress)
         # The emulator is part of sglperf, so it runs under sglperf's interpreter, not SGLang's.
         python = sys.executable if self.options.emulator else self.preflight.resolver(deployment).python
@@ -161,6 +161,13 @@ class LiveSession:
             lease.release()
             raise
         return RunningVariant(deployment, variant, launch, running_server, lease, facts, gpus.visible_gpus())
+
+    def _gpu_lock_dir(self) -> Path | None:
+        """Real GPUs are locked machine-wide. Emulated runs lock their simulated GPUs inside their own
+        results folder: shared by the run's xdist workers, never contended with an unrelated run."""
+        if self.options.emulator and not os.environ.get(gpus.LOCK_DIR_ENV):
+            return self.options.results_dir / ".gpu-locks"
+        return None  # SGLPERF_GPU_LOCK_DIR, else the machine-wide default
 
     def _emulator_env(
         self, name: str, check: preflight.VariantCheck, version: str, deployment: Deployment, launch: LaunchPlan

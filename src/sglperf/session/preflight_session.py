@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 from sglperf import preflight
 from sglperf.model.deployment import Deployment
+from sglperf.model.progress import Progress, silent
 from sglperf.model.verdict import Verdict
 from sglperf.sglang import envs
 
@@ -17,8 +18,9 @@ def deployment_key(deployment: Deployment) -> str:
 class PreflightSession:
     """One resolver per runner profile and one check per deployment, shared by every item."""
 
-    def __init__(self, python: Callable[[], str]):
+    def __init__(self, python: Callable[[], str], progress: Progress = silent):
         self._python = python
+        self._progress = progress
         self._resolvers: dict[str, preflight.Resolver] = {}
         self._checks: dict[str, list[preflight.VariantCheck]] = {}
         self._failure: dict[str, str] = {}
@@ -26,7 +28,9 @@ class PreflightSession:
     def resolver(self, deployment: Deployment) -> preflight.Resolver:
         profile_key = deployment.runner.model_dump_json()
         if profile_key not in self._resolvers:
-            self._resolvers[profile_key] = preflight.Resolver(self._python(), deployment.runner)
+            self._resolvers[profile_key] = preflight.Resolver(
+                self._python(), deployment.runner, progress=self._progress
+            )
         return self._resolvers[profile_key]
 
     def checks(self, deployment: Deployment) -> list[preflight.VariantCheck]:

@@ -26,6 +26,7 @@ from pathlib import Path
 from filelock import FileLock
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
+from packaging.version import InvalidVersion, Version
 
 from sglperf.model.progress import Progress, silent
 
@@ -71,6 +72,22 @@ class EnvBuildError(RuntimeError):
     """An SGLang environment could not be built; the message says which step failed."""
 
 
+class BadVersionError(ValueError):
+    """A release given by the user is not a version: it is never used in a path."""
+
+
+def check_version(version: str) -> str:
+    """``version`` if it is a plain PEP 440 release such as 0.5.23; it becomes part of a folder name."""
+    try:
+        parsed = Version(version)
+    except InvalidVersion:
+        parsed = None
+    # str(Version) is its normal form: anything else (spaces, slashes, "v0.5") could escape the cache.
+    if parsed is None or str(parsed) != version or parsed.local:
+        raise BadVersionError(f"SGLang version {version!r}: not a release version (PEP 440, e.g. 0.5.23)")
+    return version
+
+
 @dataclass(frozen=True)
 class SGLangEnv:
     version: str
@@ -91,8 +108,33 @@ def home() -> Path:
     return Path(os.environ.get("SGLPERF_HOME", Path.home() / ".cache" / "sglperf"))
 
 
+def envs_root() -> Path:
+    return home() / "envs"
+
+
 def env_for(version: str) -> SGLangEnv:
-    return SGLangEnv(version, home() / "envs" / f"sglang-{version}")
+    return SGLangEnv(version, envs_root() / f"sglang-{check_version(version)}")
+
+
+def list_envs() -> list[SGLangEnv]:
+    """Every environment folder under the cache (lock files and foreign names skipped)."""
+    found = []
+    for path in sorted(envs_root().glob("sglang-*")) if envs_root().is_dir() else []:
+        try:
+            env = env_for(path.name.removeprefix("sglang-"))
+        except BadVersionError:
+            continue
+        if path.is_dir():
+            found.append(env)
+    return found
+
+
+def _remove_ours(path: Path) -> None:
+    """Delete an environment folder: only ever one inside sglperf's own cache."""
+    root = envs_root().resolve()
+    if path.resolve().parent != root:
+        raise EnvBuildError(f"refusing to delete {path}: not an environment folder under {root}")
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def _normalise(name: str) -> str:
@@ -130,7 +172,11 @@ def _run(cmd: list[str], step: str, progress: Progress) -> None:
     progress(f"  {step}: {' '.join(cmd[:4])} ...")
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
-        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-25:])
+        # pip's own last error lines, without its warnings about this machine's index settings.
+        lines = [
+            ln for ln in (proc.stdout + proc.stderr).strip().splitlines() if not ln.startswith("WARNING: Location")
+        ]
+        tail = "\n".join(lines[-8:])
         raise EnvBuildError(f"{step} failed (exit {proc.returncode}):\n{tail}")
 
 
@@ -148,7 +194,7 @@ def ensure_torch_env(progress: Progress) -> Path:
     with FileLock(str(venv) + ".lock"):
         if not marker.is_file():
             progress(f"building shared torch environment {venv} (about a minute)")
-            shutil.rmtree(venv, ignore_errors=True)
+            _remove_ours(venv)
             _run([sys.executable, "-m", "venv", str(venv)], "create venv", progress)
             _run([str(venv / "bin" / "pip"), "install", "-q", *TORCH_SPEC], "install torch", progress)
             marker.write_text("ok\n")
@@ -157,35 +203,53 @@ def ensure_torch_env(progress: Progress) -> Path:
 
 def ensure_env(version: str, progress: Progress = silent) -> SGLangEnv:
     """Build (once) and return the environment for SGLang ``version``."""
-    env = env_for(version)
+    env = env_for(version)  # validates the version before it names any folder
     env.path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(env.path) + ".lock"):
         if env.ready:
             return env
-        torch_site = ensure_torch_env(progress)
-        progress(f"building SGLang {version} environment in {env.path} (a few minutes the first time)")
-        shutil.rmtree(env.path, ignore_errors=True)
-        _run([sys.executable, "-m", "venv", str(env.path)], "create venv", progress)
-        (_site_packages(env.path) / "zz_sglperf_torch.pth").write_text(f"{torch_site}\n")
-        pip = [str(env.python), "-m", "pip"]
         with tempfile.TemporaryDirectory() as tmp:
-            _run(
-                [*pip, "download", "-q", "--no-deps", f"sglang=={version}", "-d", tmp],
-                f"download sglang=={version}",
-                progress,
-            )
-            wheels = list(Path(tmp).glob("sglang-*.whl"))
-            if not wheels:
-                raise EnvBuildError(f"pip found no wheel for sglang=={version}")
-            with zipfile.ZipFile(wheels[0]) as zf:
-                meta_name = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
-                requirements = light_requirements(zf.read(meta_name).decode())
-            _run([*pip, "install", "-q", "--no-deps", str(wheels[0])], "install sglang wheel", progress)
-        progress(f"  installing {len(requirements)} light requirements at SGLang {version}'s pins")
-        _run([*pip, "install", "-q", *requirements], "install light requirements", progress)
-        (env.path / ".sglperf-ready").write_text(_recipe_digest(version) + "\n")
+            # The wheel first: a release that does not exist fails before anything is created.
+            wheel = _download_wheel(version, Path(tmp), progress)
+            torch_site = ensure_torch_env(progress)
+            progress(f"building SGLang {version} environment in {env.path} (a few minutes the first time)")
+            _remove_ours(env.path)
+            try:
+                _build(env, wheel, torch_site, progress)
+            except BaseException:
+                _remove_ours(env.path)  # half an environment is worse than none; this call made it
+                raise
         progress(f"SGLang {version} environment ready")
     return env
+
+
+def _download_wheel(version: str, folder: Path, progress: Progress) -> Path:
+    cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", f"sglang=={version}", "-d", str(folder)]
+    try:
+        _run(cmd, f"download sglang=={version}", progress)
+    except EnvBuildError as exc:
+        if "No matching distribution" in str(exc) or "Could not find a version" in str(exc):
+            raise EnvBuildError(
+                f"SGLang {version} is not on the package index (`pip index versions sglang` lists the releases)"
+            ) from None
+        raise
+    wheels = list(folder.glob("sglang-*.whl"))
+    if not wheels:
+        raise EnvBuildError(f"pip found no wheel for sglang=={version}")
+    return wheels[0]
+
+
+def _build(env: SGLangEnv, wheel: Path, torch_site: Path, progress: Progress) -> None:
+    _run([sys.executable, "-m", "venv", str(env.path)], "create venv", progress)
+    (_site_packages(env.path) / "zz_sglperf_torch.pth").write_text(f"{torch_site}\n")
+    pip = [str(env.python), "-m", "pip"]
+    with zipfile.ZipFile(wheel) as zf:
+        meta_name = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
+        requirements = light_requirements(zf.read(meta_name).decode())
+    _run([*pip, "install", "-q", "--no-deps", str(wheel)], "install sglang wheel", progress)
+    progress(f"  installing {len(requirements)} light requirements at SGLang {env.version}'s pins")
+    _run([*pip, "install", "-q", *requirements], "install light requirements", progress)
+    (env.path / ".sglperf-ready").write_text(_recipe_digest(env.version) + "\n")
 
 
 def choose_python(python: str | None = None, sglang_version: str | None = None, progress: Progress = silent) -> str:

@@ -1,0 +1,168 @@
+"""`sglperf.reporting.plots`: which PNGs a run gets, what goes into the history, axis units."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import matplotlib.pyplot as plt
+import pytest
+from matplotlib.figure import Figure
+
+from sglperf.model.measurement import MeasurementRecord, MetricComparison, Provenance, SampleSummary
+from sglperf.model.metrics import MetricOutcome, unit_of
+from sglperf.reporting import plots
+from sglperf.reporting.run_results import RunResults, collect
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def measurement(
+    variant: str = "mtp1",
+    *,
+    samples: dict[str, list[float]] | None = None,
+    emulated: bool = False,
+    comparisons: tuple[MetricComparison, ...] = (),
+) -> MeasurementRecord:
+    samples = samples or {"decode_tok_s": [64.0, 65.0, 66.0], "accept_length": [2.4, 2.5, 2.6]}
+    key = f"qwen36-{variant}-decode-chat-c1"
+    return MeasurementRecord(
+        key=key,
+        deployment="qwen36",
+        variant=variant,
+        workload="decode-chat",
+        concurrency=1,
+        emulated=emulated,
+        sglang_version="0.5.23",
+        provenance=Provenance(
+            sglang_version="0.5.23",
+            runner="2xA6000",
+            date="2026-01-01T00:00:00Z",
+            effective_args_digest="abc",
+            launch_command="python -m sglang.launch_server",
+        ),
+        samples=samples,
+        summary={
+            m: SampleSummary(n=len(v), median=sorted(v)[len(v) // 2], p10=min(v), p90=max(v))
+            for m, v in samples.items()
+        },
+        baseline=f"baselines/{key}.json",
+        baseline_samples={m: [x * 1.1 for x in v] for m, v in samples.items()} if comparisons else {},
+        comparisons=list(comparisons),
+    )
+
+
+def save(folder: Path, *records: MeasurementRecord) -> Path:
+    (folder / "measurements").mkdir(parents=True, exist_ok=True)
+    for r in records:
+        (folder / "measurements" / f"{r.key}.json").write_text(json.dumps({**r.model_dump(mode="json"), "result": {}}))
+    return folder
+
+
+@pytest.fixture
+def figures(monkeypatch: pytest.MonkeyPatch) -> list[Figure]:
+    """Every figure plots.py closes, kept for inspection (closed afterwards)."""
+    seen: list[Figure] = []
+    close = plt.close
+
+    def keep(fig: Any = None) -> None:
+        seen.append(fig)
+
+    monkeypatch.setattr(plots.plt, "close", keep)
+    yield seen
+    for fig in seen:
+        close(fig)
+
+
+def test_one_samples_png_per_measurement_and_no_history_alone(tmp_path: Path) -> None:
+    a, b = measurement("mtp1"), measurement("mtp3-full")
+    run = collect(save(tmp_path / "night", a, b))
+    made = plots.draw(run, tmp_path / "out")
+    assert made == {
+        a.key: [tmp_path / "out" / f"{a.key}-samples.png"],
+        b.key: [tmp_path / "out" / f"{b.key}-samples.png"],
+    }
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(
+        [f"{a.key}-samples.png", f"{b.key}-samples.png"]
+    )
+    assert all(p.read_bytes().startswith(PNG_MAGIC) for p in (tmp_path / "out").iterdir())
+
+
+def test_history_png_only_for_keys_two_folders_have(tmp_path: Path) -> None:
+    a, b = measurement("mtp1"), measurement("mtp3-full")
+    earlier = save(tmp_path / "night1", a)  # has only mtp1
+    run = collect(save(tmp_path / "night2", a, b))
+    made = plots.draw(run, tmp_path / "out", [earlier])
+    assert made[a.key] == [tmp_path / "out" / f"{a.key}-samples.png", tmp_path / "out" / f"{a.key}-history.png"]
+    assert made[b.key] == [tmp_path / "out" / f"{b.key}-samples.png"]
+    assert (tmp_path / "out" / f"{a.key}-history.png").read_bytes().startswith(PNG_MAGIC)
+    assert not (tmp_path / "out" / f"{b.key}-history.png").exists()
+
+
+def test_history_skips_folders_without_the_record_or_with_a_malformed_one(tmp_path: Path) -> None:
+    m = measurement()
+    missing = save(tmp_path / "night1")  # no record for this key
+    malformed = save(tmp_path / "night2")
+    (malformed / "measurements" / f"{m.key}.json").write_text('{"key": "written by an older sglperf"}')
+    run = collect(save(tmp_path / "night3", m))
+    made = plots.draw(run, tmp_path / "out", [missing, malformed])
+    assert made[m.key] == [tmp_path / "out" / f"{m.key}-samples.png"]  # one usable point: no history
+
+
+def test_history_points_are_the_medians_of_each_usable_folder_in_order(
+    tmp_path: Path, figures: list[Figure]
+) -> None:
+    old = measurement(samples={"decode_tok_s": [60.0, 61.0, 62.0]})
+    new = measurement(samples={"decode_tok_s": [70.0, 71.0, 72.0]})
+    night1 = save(tmp_path / "night1", old)
+    night2 = save(tmp_path / "night2")
+    (night2 / "measurements" / f"{old.key}.json").write_text("not json")
+    run = collect(save(tmp_path / "night3", new))
+    made = plots.draw(run, tmp_path / "out", [night2, night1])
+    assert len(made[new.key]) == 2
+    history = figures[-1]
+    (ax,) = history.axes
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["night1", "night3"]
+    assert list(ax.lines[0].get_ydata()) == [61.0, 71.0]
+    assert ax.get_ylabel() == "tok/s"
+    assert "history: qwen36-mtp1-decode-chat-c1" in history.texts[0].get_text()
+
+
+def test_y_axis_label_is_the_metric_tables_unit(tmp_path: Path, figures: list[Figure]) -> None:
+    assert unit_of("accept_length") == "tok/step"
+    assert unit_of("no_such_metric") == ""
+    record = measurement(samples={"accept_length": [2.5], "ttft_s": [0.1], "no_such_metric": [1.0]})
+    plots.samples_figure(record, tmp_path / "s.png")
+    (fig,) = figures
+    labels = {ax.get_title().split("\n")[0]: ax.get_ylabel() for ax in fig.axes}
+    assert labels == {m: unit_of(m) for m in ("accept_length", "no_such_metric", "ttft_s")}
+    assert labels["accept_length"] == "tok/step" and labels["ttft_s"] == "s"
+
+
+def test_samples_titles_carry_outcome_and_change_and_the_emulator_tag(tmp_path: Path, figures: list[Figure]) -> None:
+    comparison = MetricComparison(
+        metric="decode_tok_s",
+        baseline_median=71.5,
+        current_median=65.0,
+        change=-0.091,
+        threshold=0.03,
+        p_value=0.001,
+        outcome=MetricOutcome.REGRESSION,
+        message="",
+        n_baseline=3,
+        n_current=3,
+    )
+    plots.samples_figure(measurement(emulated=True, comparisons=(comparison,)), tmp_path / "s.png")
+    plots.samples_figure(measurement(), tmp_path / "t.png")
+    emulated, gpu = figures
+    titles = {ax.get_title() for ax in emulated.axes}
+    assert titles == {"accept_length\nno baseline", "decode_tok_s\nregression (-9.1%)"}
+    assert "[EMULATOR: test double, not GPU results]" in emulated.texts[0].get_text()
+    assert "EMULATOR" not in gpu.texts[0].get_text()
+
+
+def test_a_run_without_measurements_draws_nothing(tmp_path: Path) -> None:
+    made = plots.draw(RunResults(tmp_path, (), ()), tmp_path / "out")
+    assert made == {}
+    assert list((tmp_path / "out").iterdir()) == []
