@@ -33,6 +33,21 @@ class SGLangError:
 
 
 @dataclass(frozen=True)
+class ModelFacts:
+    """What SGLang's own model class builds for a variant, constructed on torch's meta device inside
+    the preflight worker (no weights, no memory, no GPU; tensor-parallel rank 0 simulated)."""
+
+    architecture: str  # the model class SGLang chose
+    vision_tower: str | None  # class of the vision tower it built (model.visual & co.), None when not built
+    moe_layers: int  # modules with routed experts (FusedMoE, *SparseMoeBlock, ...)
+    param_bytes_per_rank: int  # every parameter held by tensor-parallel rank 0
+    vision_param_bytes_per_rank: int  # the vision tower's share of it
+    draft_architecture: str | None = None  # speculative draft / MTP model class, when one is built
+    draft_param_bytes_per_rank: int = 0
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
 class EffectiveArgs:
     """What SGLang decided, seen from any tier: resolved fields, its log lines, and (in preflight)
     which of its rules set which field."""
@@ -40,6 +55,8 @@ class EffectiveArgs:
     fields: dict[str, Any]
     logs: tuple[LogLine, ...] = ()
     writes: tuple[Write, ...] = ()
+    model: ModelFacts | None = None  # what the model class builds (preflight, where construction works)
+    model_error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -54,9 +71,11 @@ class Resolution:
     error: SGLangError | None = None
     seconds: float = 0.0
     cached: bool = False
+    model: ModelFacts | None = None  # None when not built; model_error says why
+    model_error: str | None = None
 
     @property
     def effective_args(self) -> EffectiveArgs | None:
         if self.effective is None:
             return None
-        return EffectiveArgs(self.effective, self.logs, self.writes)
+        return EffectiveArgs(self.effective, self.logs, self.writes, self.model, self.model_error)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import email.parser
 import fnmatch
 import hashlib
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -258,4 +259,16 @@ def choose_python(python: str | None = None, sglang_version: str | None = None, 
         raise ValueError("give either an interpreter or an SGLang version, not both")
     if sglang_version:
         return str(ensure_env(sglang_version, progress).python)
-    return python or sys.executable
+    if python:
+        return python
+    if importlib.util.find_spec("sglang") is not None:
+        return sys.executable
+    # The harness's own venv has no SGLang: use the newest managed release rather than fail.
+    ready = sorted((env for env in list_envs() if env.ready), key=lambda env: Version(env.version))
+    if not ready:
+        raise EnvBuildError(
+            f"no SGLang in this interpreter ({sys.executable}) and no managed SGLang environment: build one with "
+            "`sglperf env build 0.5.23` (or pass --sglang VERSION, or --python of your SGLang environment)"
+        )
+    progress(f"no SGLang in {sys.executable}: using the managed SGLang {ready[-1].version} ({ready[-1].python})")
+    return str(ready[-1].python)

@@ -37,6 +37,10 @@ class Option:
     takes_value: bool = True
     deprecated: bool = False
     help: str = ""
+    # The release's own words when the flag is deprecated: the replacement its parser names (e.g.
+    # "--cuda-graph-backend-prefill=breakable") and the message it prints when the flag is used.
+    replacement: str | None = None
+    deprecation_message: str | None = None
 
 
 @dataclass(frozen=True)
