@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -11,14 +13,18 @@ from pathlib import Path
 
 from sglperf import preflight, upgrade
 from sglperf.baselines import regression, store
-from sglperf.model.deployment import DeploymentError, discover
-from sglperf.model.verdict import Status
+from sglperf.model.deployment import Deployment, DeploymentError, discover
 from sglperf.reporting import markdown
 from sglperf.reporting.console import verdict_json, verdict_table
 from sglperf.sglang import envs
 from sglperf.sglang.intents import ParserInfo
 
 DEFAULT_DEPLOYMENTS = "deployments"
+EXIT_BROKEN_PIPE = 128 + 13  # what a shell reports for a tool ended by SIGPIPE
+
+
+class UsageError(ValueError):
+    """Bad input on the command line; the message says which option and what is allowed."""
 
 
 def _say(message: str) -> None:
@@ -35,13 +41,26 @@ def _add_interpreter_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _deployments(paths: Sequence[str], variants: Sequence[str] | None = None) -> list[Deployment]:
+    """The deployment files, checked (and every --variant known) before any interpreter is asked."""
+    deployments = discover(list(paths))
+    known = sorted({v.id for d in deployments for v in d.variants})
+    unknown = [v for v in dict.fromkeys(variants or []) if v not in known]
+    if unknown:
+        files = ", ".join(str(d.path) for d in deployments)
+        raise UsageError(
+            f"--variant {', '.join(unknown)}: no such variant in {files}; known variants: {', '.join(known)}"
+        )
+    return deployments
+
+
 def _check_all(
-    paths: Sequence[str], python: str, variants: Sequence[str] | None = None
+    deployments: Sequence[Deployment], python: str, variants: Sequence[str] | None = None
 ) -> tuple[str, ParserInfo | None, list[preflight.VariantCheck]]:
     """Every deployment's variants resolved by the SGLang under ``python``: (version, parser, checks)."""
     checks: list[preflight.VariantCheck] = []
     version, parser = "", None
-    for deployment in discover(list(paths)):
+    for deployment in deployments:
         resolver = preflight.Resolver(python, deployment.runner, progress=_say)
         try:
             release = resolver.release()
@@ -54,23 +73,24 @@ def _check_all(
 
 def cmd_preflight(args: argparse.Namespace) -> int:
     started = time.perf_counter()
+    deployments = _deployments(args.deployments or [DEFAULT_DEPLOYMENTS], args.variant)
     python = envs.choose_python(args.python, args.sglang, _say)
-    _, _, checks = _check_all(args.deployments or [DEFAULT_DEPLOYMENTS], python, args.variant)
+    _, _, checks = _check_all(deployments, python, args.variant)
     verdicts = [v for check in checks for v in check.verdicts]
     print(verdict_json(verdicts) if args.json else verdict_table(verdicts))
     _say(f"preflight took {time.perf_counter() - started:.1f} s")
-    return 1 if any(v.status in (Status.FAIL, Status.ERROR) for v in verdicts) else 0
+    return 1 if any(v.status.failed for v in verdicts) else 0
 
 
 def cmd_upgrade_check(args: argparse.Namespace) -> int:
     started = time.perf_counter()
+    deployments = _deployments(args.deployments or [DEFAULT_DEPLOYMENTS])
     old_python = envs.choose_python(args.python, args.from_version, _say)
     new_python = envs.choose_python(None, args.to, _say)
-    paths = args.deployments or [DEFAULT_DEPLOYMENTS]
     _say(f"resolving with the current release ({old_python})")
-    old_version, old_parser, old_checks = _check_all(paths, old_python)
+    old_version, old_parser, old_checks = _check_all(deployments, old_python)
     _say(f"resolving with SGLang {args.to} ({new_python})")
-    new_version, new_parser, new_checks = _check_all(paths, new_python)
+    new_version, new_parser, new_checks = _check_all(deployments, new_python)
     assert old_parser is not None and new_parser is not None  # discover() raises on no deployments
     report = upgrade.compare_releases(old_version, new_version, old_parser, new_parser, old_checks, new_checks)
     print(json.dumps(report.to_record(), indent=2, sort_keys=True) if args.json else upgrade.render(report))
@@ -189,7 +209,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         code: int = args.func(args)
+        sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
         return code
+    except BrokenPipeError:
+        # `sglperf ... | head -1`: the reader has what it wanted. Exit quietly; stdout now goes
+        # nowhere so that the interpreter's final flush does not complain either.
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
     except (DeploymentError, preflight.PreflightError, envs.EnvBuildError, store.BaselineError, ValueError) as exc:
         _say(f"sglperf: {exc}")
         return 2

@@ -26,6 +26,10 @@ class FlagChange:
     change: str  # "removed", "deprecated", "renamed"
     used_by: tuple[str, ...]  # variants (or "intent <name>") that use it on the old release
     replacement: str | None
+    # Where the replacement comes from: "SGLang X's parser" (its own deprecation), "intent" (how
+    # sglperf spells the intent on the new release) or "sglperf's table" (RENAMED_FLAGS).
+    source: str | None = None
+    release_says: str | None = None  # the deprecation message in the releases' own words
 
 
 @dataclass(frozen=True)
@@ -46,7 +50,7 @@ class IntentChange:
 
     @property
     def breaks(self) -> bool:
-        return self.status_after in (Status.FAIL.value, Status.ERROR.value)
+        return Status(self.status_after).failed
 
 
 @dataclass(frozen=True)
@@ -105,18 +109,34 @@ def flag_changes(
                 users.setdefault(flag, set()).add(f"intent {intent.name}")
     changes = []
     for flag, used_by in sorted(users.items()):
-        replacement = replacement_for(flag, new, architectures)
-        if new.canonical(flag) is None:
-            renamed = RENAMED_FLAGS.get(flag)
-            if replacement is None and renamed and new.has(renamed):
-                changes.append(FlagChange(flag, "renamed", tuple(sorted(used_by)), renamed))
+        users_ = tuple(sorted(used_by))
+        new_flag = new.canonical(flag)
+        if new_flag is None:
+            said = _release_says(flag, old)
+            if said is not None:
+                changes.append(FlagChange(flag, "removed", users_, *said))
+            elif (spelled := replacement_for(flag, new, architectures)) is not None:
+                changes.append(FlagChange(flag, "removed", users_, spelled, "intent"))
+            elif (renamed := RENAMED_FLAGS.get(flag)) and new.has(renamed):
+                changes.append(FlagChange(flag, "renamed", users_, renamed, "sglperf's table"))
             else:
-                changes.append(FlagChange(flag, "removed", tuple(sorted(used_by)), replacement))
-        elif new.options[new.canonical(flag) or flag].deprecated and not old.options[flag].deprecated:
-            changes.append(
-                FlagChange(flag, "deprecated", tuple(sorted(used_by)), replacement or RENAMED_FLAGS.get(flag))
-            )
+                changes.append(FlagChange(flag, "removed", users_, None))
+        elif new.options[new_flag].deprecated and not old.options[flag].deprecated:
+            said = _release_says(new_flag, new)
+            if said is not None:
+                changes.append(FlagChange(flag, "deprecated", users_, *said))
+            else:
+                spelled = replacement_for(flag, new, architectures) or RENAMED_FLAGS.get(flag)
+                changes.append(FlagChange(flag, "deprecated", users_, spelled, "intent" if spelled else None))
     return changes
+
+
+def _release_says(flag: str, parser: ParserInfo) -> tuple[str, str, str | None] | None:
+    """(replacement, source, message) from a release's own deprecation of ``flag``, if it names one."""
+    option = parser.options.get(flag)
+    if option is None or not option.deprecated or not option.replacement:
+        return None
+    return option.replacement, f"SGLang {parser.version}'s parser", option.deprecation_message
 
 
 def _warnings(check: VariantCheck) -> dict[str, str]:
@@ -186,6 +206,9 @@ def render(report: UpgradeReport) -> str:
     for change in report.flags:
         if change.change == "renamed":
             instead = f"; its new name is {change.replacement}"
+        elif change.source and change.source.startswith("SGLang"):
+            said = f' ("{change.release_says}")' if change.release_says else ""
+            instead = f"; {change.source} names its replacement: {change.replacement}{said}"
         else:
             instead = f"; sglperf will use {change.replacement}" if change.replacement else "; no known replacement"
         lines.append(f"  {change.flag}: {change.change} in {t} (used by {', '.join(change.used_by)}){instead}")

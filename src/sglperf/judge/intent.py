@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -39,11 +40,31 @@ def explain(intent: Intent, args: EffectiveArgs, actual: Any) -> list[str]:
         text = f"SGLang rule {write.rule}" + (f" ({where})" if where else "") + f" set {shown}"
         if text not in reasons:
             reasons.append(text)
-    for line in args.logs:
-        lowered = line.message.lower()
-        if any(k in lowered for k in intent.log_keywords):
-            reasons.append(f"SGLang log [{line.level}] {line.message.strip()[:300]}")
+    reasons += [
+        f"SGLang log [{line.level}] {line.message.strip()[:300]}"
+        for line in args.logs
+        if is_about(intent, line.message)
+    ]
     return reasons[:MAX_REASONS]
+
+
+def _spaced(text: str) -> str:
+    """Field, flag and prose spellings compared alike: `--a-b`, `a_b` and `a b` all read `a b`."""
+    return " ".join(re.sub(r"[^a-z0-9]+", " ", text.lower()).split())
+
+
+def is_about(intent: Intent, message: str) -> bool:
+    """Whether an SGLang log line is about this intent. A line that names the intent's fields or flags
+    is; one that only shares a topic word with it (speculative ...) and is about another flag is not:
+    "Max running requests is reset to 48 for speculative decoding ... --max-running-requests"."""
+    text = _spaced(message)
+    own = {_spaced(name) for name in (*intent.fields, *intent.flag_names)}
+    if any(name in text for name in own):
+        return True
+    if not any(_spaced(k) in text for k in intent.log_keywords):
+        return False
+    others = {_spaced(f) for f in re.findall(r"--[a-z][a-z0-9-]+", message.lower())} - own
+    return not others
 
 
 def judge(
@@ -75,7 +96,7 @@ def judge(
         message = f"{error.type}: {error.message}" if error else "no effective args"
         return Verdict(actual=None, status=Status.ERROR, detail=f"SGLang's validation says: {message}", **base)
     try:
-        reading = intent.read(args.fields)
+        reading = intent.read(args.fields, args.model)
     except KeyError as exc:
         return Verdict(
             actual=None,
@@ -85,6 +106,10 @@ def judge(
         )
     actual = intent.show(reading.value)
     reasons = tuple(explain(intent, args, reading.value))
+    inert = intent.inert_reason(args.fields, args.model) if expected is True else None
+    if inert:
+        # Accepted and set, yet SGLang will not act on it here: the failure this suite exists for.
+        return Verdict(actual="inert (set, no effect)", status=Status.INERT, detail=inert, reasons=reasons, **base)
     if not intent.matches(expected, reading.value):
         how = "you asked for it, but SGLang overrode the request" if requested else (hint or "")
         detail = f"read from {reading.source}" + (f"; {how}" if how else "")
@@ -92,10 +117,13 @@ def judge(
             detail += f"; {reading.note}"
         return Verdict(actual=actual, status=Status.FAIL, detail=detail, reasons=reasons, **base)
     if not reading.provable:
+        note = reading.note
+        if args.model_error:
+            note += f" (the model class could not be built on the meta device: {args.model_error[:200]})"
         return Verdict(
             actual=f"{actual} (unproven)",
             status=Status.UNPROVEN,
-            detail=f"read from {reading.source}; {reading.note}",
+            detail=f"read from {reading.source}; {note}",
             reasons=reasons,
             **base,
         )

@@ -14,7 +14,7 @@ from typing import Any
 
 from sglperf.judge.intent import judge
 from sglperf.model.intent_names import PREFILL_CUDA_GRAPH, VISION_WEIGHTS_SKIPPED
-from sglperf.model.resolution import EffectiveArgs, LogLine
+from sglperf.model.resolution import EffectiveArgs, LogLine, ModelFacts, strip_ansi
 from sglperf.model.server_facts import ServerFacts
 from sglperf.model.verdict import Status, Verdict
 from sglperf.sglang import modelsize
@@ -29,7 +29,8 @@ def parse_log(text: str) -> tuple[LogLine, ...]:
         if raw.startswith("# sglperf:"):
             continue  # our own launch/stop notes, not the server's words
         level = LOG_LEVEL.search(raw)
-        lines.append(LogLine(level.group(1) if level else "INFO", "server-log", raw.strip()))
+        clean = strip_ansi(raw).strip()
+        lines.append(LogLine(level.group(1) if level else "INFO", "server-log", clean))
     return tuple(lines)
 
 
@@ -51,20 +52,23 @@ def _prefill_graph_evidence(verdict: Verdict, facts: ServerFacts) -> Verdict:
 
 
 def _vision_evidence(
-    verdict: Verdict, facts: ServerFacts, config: Mapping[str, Any], tp: int, mtp_loaded: bool
+    verdict: Verdict, facts: ServerFacts, config: Mapping[str, Any], tp: int, mtp_loaded: bool, proven: bool
 ) -> Verdict:
+    """Weight memory per GPU against the model's sizes. ``proven``: the verdict already rests on the
+    model class as preflight built it; memory then confirms it or, when it contradicts, wins."""
     measured = facts.weight_gib
     if measured is None:
-        return replace(
-            verdict,
-            status=Status.UNPROVEN if verdict.status != Status.FAIL else verdict.status,
-            detail=f"{verdict.detail}; the server reports no weight memory",
-        )
+        kept = verdict.status if proven or verdict.status.failed else Status.UNPROVEN
+        return replace(verdict, status=kept, detail=f"{verdict.detail}; the server reports no weight memory")
     try:
         size = modelsize.model_size(dict(config))
     except ValueError as exc:
         return replace(verdict, detail=f"{verdict.detail}; cannot size the model from config.json: {exc}")
     evidence = modelsize.classify_weight_memory(measured, size, tp, mtp_loaded=mtp_loaded)
+    if evidence.verdict == "loaded" and verdict.status == Status.INERT:
+        return replace(verdict, detail=f"{verdict.detail}; {evidence.detail}")  # the flag did nothing, as predicted
+    if evidence.verdict == "unclear" and proven:
+        return replace(verdict, detail=f"{verdict.detail}; weight memory cannot tell: {evidence.detail}")
     if evidence.verdict == "skipped":
         status, actual = (
             (Status.PASS, "skipped (weight memory)") if verdict.expected == "on" else (Status.FAIL, "skipped")
@@ -91,9 +95,13 @@ def check(
     tp: int,
     requested: Sequence[str] = (),
     warnings: Sequence[str] = (),
+    model: ModelFacts | None = None,
 ) -> list[Verdict]:
-    """Judge every expected intent on a running server, adding live evidence where SGLang offers it."""
-    args = EffectiveArgs(facts.effective, parse_log(log_text))
+    """Judge every expected intent on a running server, adding live evidence where SGLang offers it.
+
+    ``model``: what the model class builds, as preflight constructed it for the same variant (a server
+    cannot be asked; the drift item checks that its args are the ones preflight predicted)."""
+    args = EffectiveArgs(facts.effective, parse_log(log_text), model=model)
     verdicts = []
     for name, expected in expectations.items():
         intent: Intent = INTENTS[name]
@@ -113,6 +121,6 @@ def check(
                 verdict = _prefill_graph_evidence(verdict, facts)
             elif name == VISION_WEIGHTS_SKIPPED:
                 mtp = facts.effective.get(Speculative.FIELDS["algorithm"]) is not None
-                verdict = _vision_evidence(verdict, facts, config, tp, mtp)
+                verdict = _vision_evidence(verdict, facts, config, tp, mtp, proven=model is not None)
         verdicts.append(verdict)
     return verdicts

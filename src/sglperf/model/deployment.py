@@ -31,13 +31,18 @@ class DeploymentError(ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: `tp_size = "2"` or `reuse_prefix_cache = 1` is an error, not a silent conversion (a TOML
+    # integer is still a valid float: `startup_timeout_s = 1800`). Paths are written as strings.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+FilePath = Annotated[Path, Field(strict=False)]
 
 
 class Model(_Strict):
     key: Slug
     served_path: str = Field(description="checkpoint path on GPU runners (override: --model-path)")
-    config: Path = Field(description="config.json used by preflight, relative to the deployment file")
+    config: FilePath = Field(description="config.json used by preflight, relative to the deployment file")
 
 
 class RunnerProfile(_Strict):
@@ -119,7 +124,7 @@ class Variant(_Strict):
 
 class Workload(_Strict):
     id: Slug
-    prompts: Path = Field(description="JSONL prompt set, relative to the deployment file")
+    prompts: FilePath = Field(description="JSONL prompt set, relative to the deployment file")
     max_prompts: int | None = Field(default=None, ge=1, description="use only the first N prompts of the set")
     output_len: int = Field(default=256, ge=1)
     concurrency: list[int] = Field(default_factory=lambda: [1])
@@ -174,6 +179,16 @@ class Deployment(_Strict):
             seen.add(variant.id)
             if variant.speculative and not self.launch.speculative and not variant.speculative.algorithm:
                 raise ValueError(f"variants[{i}].speculative: no algorithm here nor in [launch.speculative]")
+            if variant.speculative:
+                try:
+                    self.speculative_for(variant)
+                except ValidationError as exc:
+                    problems = "; ".join(
+                        f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors(include_url=False)
+                    )
+                    raise ValueError(
+                        f"variants[{i}].speculative: merged with [launch.speculative] it is incomplete: {problems}"
+                    ) from None
         if self.launch.tp_size > self.runner.gpu_count:
             raise ValueError(f"launch.tp_size: {self.launch.tp_size} exceeds runner.gpu_count {self.runner.gpu_count}")
         return self
@@ -221,6 +236,9 @@ def _field_path(loc: tuple[Any, ...]) -> str:
     return out or "(top level)"
 
 
+_STRICT_TYPES = ("int_type", "float_type", "bool_type")
+
+
 def _describe(error: ErrorDetails, raw: dict[str, Any]) -> str:
     loc = tuple(error["loc"])
     where = _field_path(loc)
@@ -232,6 +250,8 @@ def _describe(error: ErrorDetails, raw: dict[str, Any]) -> str:
         pattern = error.get("ctx", {}).get("pattern", "")
         return f"{where}: {error['input']!r} is not allowed; expected {PATTERN_MEANING.get(pattern, pattern)}"
     message = error["msg"].removeprefix("Value error, ")
+    if error["type"] in _STRICT_TYPES and isinstance(error["input"], str):
+        message += f", got the string {error['input']!r}: write it without quotes"
     # Name variants by id as well as by index: people edit by id.
     if loc[:1] == ("variants",) and len(loc) > 1 and isinstance(loc[1], int):
         try:
@@ -241,20 +261,41 @@ def _describe(error: ErrorDetails, raw: dict[str, Any]) -> str:
     return f"{where}: {message}"
 
 
+def _read_text(path: Path, what: str) -> str:
+    """A file's text, or DeploymentError naming it (`what` says which file and field, for the message)."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise DeploymentError(f"{what}: {path} does not exist") from None
+    except IsADirectoryError:
+        raise DeploymentError(f"{what}: {path} is a directory, not a file") from None
+    except UnicodeDecodeError as exc:
+        raise DeploymentError(
+            f"{what}: {path} is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start})"
+        ) from None
+    except (OSError, ValueError) as exc:  # permissions, a NUL byte in the path, ...
+        raise DeploymentError(f"{what}: cannot read {path}: {exc}") from None
+
+
 def load(path: str | Path) -> Deployment:
     """Read and validate one deployment file."""
     path = Path(path)
+    if not path.exists() and not path.is_symlink():
+        raise DeploymentError(f"{path}: no such deployment file")
+    text = _read_text(path, f"{path}: deployment file")
     try:
-        raw = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise DeploymentError(f"{path}: no such deployment file") from None
+        raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise DeploymentError(f"{path}: not valid TOML: {exc}") from None
+    except RecursionError:
+        raise DeploymentError(f"{path}: not valid TOML: nested too deeply") from None
+    if "path" in raw:  # set by sglperf from where the file is, never by the file
+        raise DeploymentError(f"{path}: invalid deployment file:\n  - path: unknown field")
     raw.setdefault("key", path.stem)
     if raw["key"] != path.stem:
         raise DeploymentError(f"{path}: key: {raw['key']!r} must match the file name {path.stem!r}")
     try:
-        deployment = Deployment(**raw, path=path)
+        deployment = Deployment.model_validate({**raw, "path": path})
     except ValidationError as exc:
         problems = "\n".join(f"  - {_describe(e, raw)}" for e in exc.errors(include_url=False))
         raise DeploymentError(f"{path}: invalid deployment file:\n{problems}") from None
@@ -263,21 +304,29 @@ def load(path: str | Path) -> Deployment:
 
 
 def _check_files(deployment: Deployment) -> None:
-    config = deployment.config_path
+    where = f"{deployment.path}: model.config"
     try:
-        data = json.loads(config.read_text())
-    except FileNotFoundError:
+        config = deployment.config_path
+    except (OSError, ValueError, RuntimeError) as exc:
+        raise DeploymentError(f"{where}: {deployment.model.config} is not a usable path: {exc}") from None
+    if not config.exists():
         raise DeploymentError(
-            f"{deployment.path}: model.config: {config} does not exist "
-            "(preflight needs the model's config.json; ship it under models/)"
-        ) from None
-    except json.JSONDecodeError as exc:
-        raise DeploymentError(f"{deployment.path}: model.config: {config} is not valid JSON: {exc}") from None
-    if not isinstance(data, dict) or not data.get("architectures"):
-        raise DeploymentError(f"{deployment.path}: model.config: {config} has no 'architectures' list")
+            f"{where}: {config} does not exist (preflight needs the model's config.json; ship it under models/)"
+        )
+    text = _read_text(config, where)
+    try:
+        data = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise DeploymentError(f"{where}: {config} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("architectures"), list) or not data["architectures"]:
+        raise DeploymentError(f"{where}: {config} has no 'architectures' list")
     for i, workload in enumerate(deployment.workloads):
-        prompts = (deployment.path.parent / workload.prompts).resolve()
-        if not prompts.is_file():
+        try:
+            prompts = (deployment.path.parent / workload.prompts).resolve()
+            found = prompts.is_file()
+        except (OSError, ValueError, RuntimeError):
+            prompts, found = deployment.path.parent / workload.prompts, False
+        if not found:
             raise DeploymentError(f"{deployment.path}: workloads[{i}].prompts: {prompts} does not exist")
 
 

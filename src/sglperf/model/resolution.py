@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
+
+# Terminal colour and cursor codes SGLang's loggers emit when they think a terminal is attached.
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
+
+
+def strip_ansi(text: str) -> str:
+    return _ANSI.sub("", text)
 
 
 @dataclass(frozen=True)

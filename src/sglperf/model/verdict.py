@@ -13,6 +13,12 @@ class Status(str, Enum):
     FAIL = "fail"
     UNPROVEN = "unproven"  # the effective args cannot prove it; never counted as passed
     ERROR = "error"  # SGLang refused the variant (unknown flag, validation error)
+    # Accepted and set, but SGLang will not act on it for this model and release. A failure.
+    INERT = "inert"
+
+    @property
+    def failed(self) -> bool:
+        return self in (Status.FAIL, Status.ERROR, Status.INERT)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,13 @@ from collections.abc import Sequence
 
 from sglperf.model.verdict import Status, Verdict
 
-SYMBOL = {Status.PASS: "ok", Status.FAIL: "FAIL", Status.UNPROVEN: "unproven", Status.ERROR: "ERROR"}
+SYMBOL = {
+    Status.PASS: "ok",
+    Status.FAIL: "FAIL",
+    Status.INERT: "INERT",  # accepted, set, and no effect: a failure, never "ok"
+    Status.UNPROVEN: "unproven",
+    Status.ERROR: "ERROR",
+}
 
 
 def _cell(text: str | None, width: int) -> str:
@@ -34,7 +40,7 @@ def verdict_table(verdicts: Sequence[Verdict]) -> str:
     lines += [
         "",
         f"SGLang {', '.join(versions)}: {counts[Status.PASS]} passed, {counts[Status.FAIL]} failed, "
-        f"{counts[Status.ERROR]} errors, {counts[Status.UNPROVEN]} unproven",
+        f"{counts[Status.INERT]} inert, {counts[Status.ERROR]} errors, {counts[Status.UNPROVEN]} unproven",
     ]
     return "\n".join(lines)
 

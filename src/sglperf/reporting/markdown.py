@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from sglperf.model.verdict import Status
 from sglperf.reporting import plots
 from sglperf.reporting.run_results import RunResults, collect
 
@@ -24,7 +23,7 @@ def markdown(run: RunResults, plot_files: Mapping[str, Sequence[Path]] | None = 
     variants = sorted(
         {(v.deployment, v.variant) for v in run.verdicts} | {(m.deployment, m.variant) for m in run.measurements}
     )
-    failed = sum(v.status in (Status.FAIL, Status.ERROR) for v in run.verdicts)
+    failed = sum(v.status.failed for v in run.verdicts)
     regressions = sum(c.outcome.value == "regression" for m in run.measurements for c in m.comparisons)
     lines = [f"# sglperf report: {run.folder.name}", ""]
     if run.emulated:

@@ -21,8 +21,9 @@ from sglperf.measure.prompts import load_prompts
 from sglperf.model.deployment import Deployment, Variant, Workload
 from sglperf.model.measurement import BaselineStatus, MeasurementRecord, Provenance
 from sglperf.model.progress import Progress
+from sglperf.model.resolution import ModelFacts
 from sglperf.model.server_facts import ServerFacts
-from sglperf.model.verdict import Status, Verdict
+from sglperf.model.verdict import Verdict
 from sglperf.runtime import gpus, provenance, server, server_info
 from sglperf.session.preflight_session import PreflightSession, deployment_key
 from sglperf.sglang import modelsize
@@ -209,8 +210,13 @@ class LiveSession:
                 tp=deployment.launch.tp_size,
                 requested=list(variant.request),
                 warnings=running.plan.warnings,
+                model=self._predicted_model(deployment, variant),
             )
         return running.verdicts
+
+    def _predicted_model(self, deployment: Deployment, variant: Variant) -> ModelFacts | None:
+        resolution = self.preflight.check(deployment, variant.id).resolution
+        return resolution.model if resolution else None
 
     def drift(self, deployment: Deployment, variant: Variant) -> tuple[drift_check.Drift, list[str]]:
         running = self.running(deployment, variant)
@@ -304,7 +310,7 @@ class LiveSession:
         """--update-baselines: only from a variant whose effective args were right."""
         verdict = regression.BaselineVerdict(status=BaselineStatus.RECORDED)
         checked = [*self.verdicts(deployment, variant), *self.preflight.check(deployment, variant.id).verdicts]
-        bad = [v for v in checked if v.status in (Status.FAIL, Status.ERROR)]
+        bad = [v for v in checked if v.status.failed]
         if bad:
             verdict.status = BaselineStatus.REFUSED
             verdict.problems.append(
@@ -313,7 +319,12 @@ class LiveSession:
                 + ")"
             )
             return verdict
-        old, new = store.record(path, deployment.key, variant.id, prov, entry)
+        try:
+            old, new = store.record(path, deployment.key, variant.id, prov, entry)
+        except store.BaselineError as exc:  # an existing file it cannot read: left as it is
+            verdict.status = BaselineStatus.UNREADABLE
+            verdict.problems.append(str(exc))
+            return verdict
         verdict.changes = store.describe_change(old, new, entry.key)
         return verdict
 

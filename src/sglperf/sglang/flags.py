@@ -6,6 +6,7 @@ Raw flags are checked against the release's own parser; intents are spelled for 
 from __future__ import annotations
 
 import difflib
+import json
 from dataclasses import dataclass, field
 
 from packaging.specifiers import SpecifierSet
@@ -13,7 +14,7 @@ from packaging.version import Version
 
 from sglperf.model.deployment import Deployment, Variant
 from sglperf.model.intent_names import SPECULATIVE
-from sglperf.sglang.intents import INTENTS, IntentNotExpressible, ParserInfo, replacement_for
+from sglperf.sglang.intents import INTENTS, MODEL_OVERRIDE_FLAG, IntentNotExpressible, ParserInfo, replacement_for
 
 # Flags renamed outside any intent, learnt from reading the releases: old spelling -> new one.
 RENAMED_FLAGS = {
@@ -127,4 +128,31 @@ def plan(
             argv += INTENTS[name].flags(value, parser, architectures)
         except IntentNotExpressible as exc:
             raise FlagError(f"{where}: cannot request {name}: {exc}") from None
+    argv = merge_model_overrides(argv, where)
     return LaunchPlan(deployment.key, variant.id, parser.version, tuple(argv), env, tuple(warnings))
+
+
+def merge_model_overrides(argv: list[str], where: str) -> list[str]:
+    """One --json-model-override-args holding every override: SGLang keeps only the last occurrence,
+    so a requested intent must not silently replace the deployment's own overrides."""
+    merged: dict[str, object] = {}
+    rest: list[str] = []
+    found = False
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        if token == MODEL_OVERRIDE_FLAG or token.startswith(MODEL_OVERRIDE_FLAG + "="):
+            text = token.split("=", 1)[1] if "=" in token else (argv[i + 1] if i + 1 < len(argv) else "")
+            i += 1 if "=" in token else 2
+            try:
+                value = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise FlagError(f"{where}: {MODEL_OVERRIDE_FLAG} {text!r} is not JSON ({exc})") from None
+            if not isinstance(value, dict):
+                raise FlagError(f"{where}: {MODEL_OVERRIDE_FLAG} must be a JSON object, got {text!r}")
+            merged.update(value)
+            found = True
+            continue
+        rest.append(token)
+        i += 1
+    return [*rest, MODEL_OVERRIDE_FLAG, json.dumps(merged, sort_keys=True)] if found else rest

@@ -9,6 +9,7 @@ suite names a replacement when a deployment uses a removed flag.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -21,6 +22,10 @@ from sglperf.model.intent_names import (
     SPECULATIVE,
     VISION_WEIGHTS_SKIPPED,
 )
+from sglperf.model.resolution import ModelFacts
+
+# Overrides for the checkpoint's config.json, as a JSON object (every release the suite knows).
+MODEL_OVERRIDE_FLAG = "--json-model-override-args"
 
 
 class IntentNotExpressible(Exception):
@@ -93,9 +98,17 @@ class Intent(Protocol):
     def known_flags(self) -> Mapping[str, Any]:
         """Every spelling across releases -> the intent value it requests."""
 
+    @property
+    def flag_names(self) -> tuple[str, ...]:
+        """Every flag this intent is requested or read by, in any release (log lines naming them are
+        about this intent)."""
+
     def flags(self, value: Any, parser: ParserInfo, architectures: tuple[str, ...]) -> list[str]: ...
 
-    def read(self, effective: Mapping[str, Any]) -> Reading: ...
+    def read(self, effective: Mapping[str, Any], model: ModelFacts | None = None) -> Reading: ...
+
+    def inert_reason(self, effective: Mapping[str, Any], model: ModelFacts | None) -> str | None:
+        """Why SGLang will not act on this intent's field although it is set, or None."""
 
     def matches(self, expected: Any, actual: Any) -> bool: ...
 
@@ -116,6 +129,9 @@ class _Boolean:
 
     name: str
     known_flags: Mapping[str, Any] = {}
+
+    def inert_reason(self, effective: Mapping[str, Any], model: ModelFacts | None) -> str | None:
+        return None  # SGLang acts on these fields wherever they are set
 
     def matches(self, expected: Any, actual: Any) -> bool:
         return bool(expected) == bool(actual)
@@ -178,6 +194,7 @@ class PrefillCudaGraph(_Boolean):
     fields = ("cuda_graph_config", DISABLE_FIELD, ENABLE_FIELD, "enforce_piecewise_cuda_graph")
     log_keywords = ("piecewise", "prefill cuda graph", "breakable cuda graph", "prefill cudagraph")
     known_flags = {ENFORCE_FLAG: True, ENABLE_FLAG: True, DISABLE_FLAG: False}
+    flag_names = (BACKEND_FLAG, ENFORCE_FLAG, DISABLE_FLAG, ENABLE_FLAG)
 
     def flags(self, value: Any, parser: ParserInfo, architectures: tuple[str, ...]) -> list[str]:
         if value:
@@ -195,7 +212,7 @@ class PrefillCudaGraph(_Boolean):
             )
         return chosen.argv()
 
-    def read(self, effective: Mapping[str, Any]) -> Reading:
+    def read(self, effective: Mapping[str, Any], model: ModelFacts | None = None) -> Reading:
         return _read_graph(
             effective, self.BACKEND_FIELD, self.BACKEND_OFF, ((self.DISABLE_FIELD, True), (self.ENABLE_FIELD, False))
         )
@@ -214,6 +231,7 @@ class DecodeCudaGraph(_Boolean):
     fields = ("cuda_graph_config", DISABLE_FIELD)
     log_keywords = ("cuda graph is disabled", "disable cuda graph", "decode cuda graph")
     known_flags = {DISABLE_FLAG: False}
+    flag_names = (BACKEND_FLAG, DISABLE_FLAG)
 
     def flags(self, value: Any, parser: ParserInfo, architectures: tuple[str, ...]) -> list[str]:
         if value:
@@ -225,12 +243,15 @@ class DecodeCudaGraph(_Boolean):
             )
         return chosen.argv()
 
-    def read(self, effective: Mapping[str, Any]) -> Reading:
+    def read(self, effective: Mapping[str, Any], model: ModelFacts | None = None) -> Reading:
         return _read_graph(effective, self.BACKEND_FIELD, self.BACKEND_OFF, ((self.DISABLE_FIELD, True),))
 
 
 class SingleBatchOverlap(_Boolean):
-    """Single-batch overlap (acts only in MoE layers on DeepEP-style all-to-all paths)."""
+    """Single-batch overlap. SGLang reads the field only in its MoE code (`initialize_moe_config` in
+    layers/moe/utils.py, and the MoE / DeepEP layers of deepseek_v2, glm4_moe, ...; 0.5.13 to 0.5.23),
+    so it acts only where the model builds layers with routed experts. Whether it does is read from
+    the release's own model class, built on the meta device in preflight."""
 
     name = SINGLE_BATCH_OVERLAP
     FLAG = "--enable-single-batch-overlap"
@@ -238,6 +259,7 @@ class SingleBatchOverlap(_Boolean):
     fields = (FIELD,)
     log_keywords = ("single batch overlap", "single-batch-overlap", "single_batch_overlap")
     known_flags = {FLAG: True}
+    flag_names = (FLAG,)
 
     def flags(self, value: Any, parser: ParserInfo, architectures: tuple[str, ...]) -> list[str]:
         if not value:
@@ -246,10 +268,27 @@ class SingleBatchOverlap(_Boolean):
             raise IntentNotExpressible(f"SGLang {parser.version} has no {self.FLAG}")
         return [self.FLAG]
 
-    def read(self, effective: Mapping[str, Any]) -> Reading:
+    def read(self, effective: Mapping[str, Any], model: ModelFacts | None = None) -> Reading:
         if self.FIELD not in effective:
             raise KeyError(f"{self.FIELD} not in the effective args")
-        return Reading(bool(effective[self.FIELD]), f"{self.FIELD} = {effective[self.FIELD]}")
+        on = bool(effective[self.FIELD])
+        if on and model is None:
+            return Reading(
+                True,
+                f"{self.FIELD} = True",
+                provable=False,
+                note="set, but whether SGLang acts on it depends on MoE layers the model class was not built to show",
+            )
+        return Reading(on, f"{self.FIELD} = {effective[self.FIELD]}")
+
+    def inert_reason(self, effective: Mapping[str, Any], model: ModelFacts | None) -> str | None:
+        if not effective.get(self.FIELD) or model is None or model.moe_layers > 0:
+            return None
+        return (
+            f"{self.FIELD} = True, but SGLang reads it only in its MoE layers (initialize_moe_config, "
+            f"layers/moe/utils.py) and the model class {model.architecture} builds none on this release "
+            "(0 modules with routed experts): single-batch overlap does nothing for this dense model"
+        )
 
 
 class VisionWeightsSkipped(_Boolean):
@@ -262,9 +301,16 @@ class VisionWeightsSkipped(_Boolean):
     # Encoder/language disaggregation; for Qwen-VL-family models the tower is still built and loaded.
     LANGUAGE_ONLY_FLAG = "--language-only"
     LANGUAGE_ONLY_FIELD = "language_only"
+    # The checkpoint config's own switch: SGLang's ModelConfig reads it (0.5.18+: is_lm_only =
+    # --language-model-only or hf_config.language_model_only) and the Qwen3-VL family's model class
+    # then builds no tower. --language-model-only itself is refused outside an architecture allow-list;
+    # a model override sets the config key for any architecture. Preflight proves which one works.
+    OVERRIDE_FLAG = MODEL_OVERRIDE_FLAG
+    OVERRIDE = {"language_model_only": True}
     fields = (MODEL_ONLY_FIELD, LANGUAGE_ONLY_FIELD)
-    log_keywords = ("language-only", "language-model-only", "language_only", "vision")
+    log_keywords = ("language-only", "language-model-only", "language_only", "language_model_only", "vision")
     known_flags = {MODEL_ONLY_FLAG: True, LANGUAGE_ONLY_FLAG: True}
+    flag_names = (MODEL_ONLY_FLAG, LANGUAGE_ONLY_FLAG)
 
     def flags(self, value: Any, parser: ParserInfo, architectures: tuple[str, ...]) -> list[str]:
         if not value:
@@ -272,13 +318,24 @@ class VisionWeightsSkipped(_Boolean):
         allowed = parser.language_model_only_architectures
         if parser.has(self.MODEL_ONLY_FLAG) and allowed is not None and set(architectures) & set(allowed):
             return [self.MODEL_ONLY_FLAG]
-        if parser.has(self.LANGUAGE_ONLY_FLAG):
-            return [self.LANGUAGE_ONLY_FLAG]
+        if parser.has(self.OVERRIDE_FLAG):
+            return [self.OVERRIDE_FLAG, json.dumps(self.OVERRIDE)]
         raise IntentNotExpressible(
-            f"SGLang {parser.version} has neither {self.MODEL_ONLY_FLAG} nor {self.LANGUAGE_ONLY_FLAG}"
+            f"SGLang {parser.version} has neither {self.MODEL_ONLY_FLAG} (for this architecture) nor "
+            f"{self.OVERRIDE_FLAG}"
         )
 
-    def read(self, effective: Mapping[str, Any]) -> Reading:
+    def read(self, effective: Mapping[str, Any], model: ModelFacts | None = None) -> Reading:
+        if model is not None:
+            built = (
+                f"{model.vision_tower} ({model.vision_param_bytes_per_rank / 1e9:.2f} GB per GPU)"
+                if model.vision_tower
+                else "none"
+            )
+            return Reading(
+                model.vision_tower is None,
+                f"SGLang's model class {model.architecture}, built on the meta device: vision tower {built}",
+            )
         model_only = bool(effective.get(self.MODEL_ONLY_FIELD, False))
         language_only = bool(effective.get(self.LANGUAGE_ONLY_FIELD, False))
         if model_only:
@@ -300,6 +357,23 @@ class VisionWeightsSkipped(_Boolean):
                 ),
             )
         return Reading(False, f"{self.MODEL_ONLY_FIELD} = False, {self.LANGUAGE_ONLY_FIELD} = False")
+
+    def inert_reason(self, effective: Mapping[str, Any], model: ModelFacts | None) -> str | None:
+        flags = [
+            f
+            for f, field in (
+                (self.LANGUAGE_ONLY_FLAG, self.LANGUAGE_ONLY_FIELD),
+                (self.MODEL_ONLY_FLAG, self.MODEL_ONLY_FIELD),
+            )
+            if effective.get(field)
+        ]
+        if not flags or model is None or model.vision_tower is None:
+            return None
+        return (
+            f"{' and '.join(flags)} set, but SGLang's model class {model.architecture} still builds its vision "
+            f"tower ({model.vision_tower}, {model.vision_param_bytes_per_rank / 1e9:.2f} GB per GPU): "
+            "the vision weights are loaded"
+        )
 
 
 @dataclass(frozen=True)
@@ -329,8 +403,9 @@ class Speculative:
     # SGLang rewrites these algorithm names while resolving.
     ALIASES = {"NEXTN": "EAGLE"}
     fields = tuple(FIELDS.values())
-    log_keywords = ("speculative", "draft", "eagle", "nextn", "mtp")
+    log_keywords = ("speculative algorithm", "speculative decoding is", "draft model", "eagle", "nextn", "mtp")
     known_flags: Mapping[str, Any] = {}
+    flag_names = tuple(FLAGS.values())
 
     def flags(self, value: Any, parser: ParserInfo, architectures: tuple[str, ...]) -> list[str]:
         argv: list[str] = []
@@ -340,7 +415,7 @@ class Speculative:
             argv += [flag, str(getattr(value, key))]
         return argv
 
-    def read(self, effective: Mapping[str, Any]) -> Reading:
+    def read(self, effective: Mapping[str, Any], model: ModelFacts | None = None) -> Reading:
         missing = [f for f in self.FIELDS.values() if f not in effective]
         if missing:
             raise KeyError(f"{', '.join(missing)} not in the effective args")
@@ -358,6 +433,9 @@ class Speculative:
         if actual is None:
             return False
         return self._normal(expected) == self._normal(actual)
+
+    def inert_reason(self, effective: Mapping[str, Any], model: ModelFacts | None) -> str | None:
+        return None
 
     def show(self, value: Any) -> str:
         if value is None:
