@@ -38,17 +38,12 @@ import httpx
 import numpy as np
 
 from sglperf.measure.meter import measure
-from sglperf.measure.samples import RequestSample
 from sglperf.measure.prompts import Message, Prompt, PromptSet
+from sglperf.measure.samples import RequestSample
 from sglperf.model.deployment import Workload
-from sglperf.testing.emulator import (
-    CONFIG_ENV,
-    EmulatorConfig,
-    chunk_plan,
-    expected_accept_length,
-    plan_request,
-    prompt_tokens_of_text,
-)
+from sglperf.testing.emulator.config import CONFIG_ENV, EmulatorConfig
+from sglperf.testing.emulator.timing import chunk_plan, expected_accept_length, plan_request, prompt_tokens_of_text
+import itertools
 
 REPO = Path(__file__).resolve().parents[1]
 SPEC_STEPS = 3
@@ -57,7 +52,7 @@ ACCEPT_PROB = 0.7
 # emulator internals (_Handler._after_tokens runs right after a chunk is sent; EmulatorState.end_run).
 WRAPPER = """
 import json, os, sys, time
-from sglperf.testing import emulator as E
+from sglperf.testing.emulator import server as E
 log = open(sys.argv.pop(1), "a", buffering=1)
 sent = {}
 after_tokens, end_run = E._Handler._after_tokens, E.EmulatorState.end_run
@@ -123,7 +118,7 @@ class Emulator:
 
     def send_times(self) -> dict[str, list[float]]:
         """Server request id -> perf_counter time each token-carrying chunk was written."""
-        return {rid: times for rid, times in map(json.loads, self.send_log.read_text().splitlines())}
+        return dict(map(json.loads, self.send_log.read_text().splitlines()))
 
 
 @contextmanager
@@ -172,7 +167,7 @@ def plan_truths(config: EmulatorConfig, spec: bool, indices: range, output_len: 
             config, SPEC_STEPS if spec else None, tokens, output_len, np.random.default_rng([config.seed, index])
         )
         chunks = chunk_plan(plan, config.stream_interval)
-        sizes = (chunks[0].end, *(b.end - a.end for a, b in zip(chunks, chunks[1:])))
+        sizes = (chunks[0].end, *(b.end - a.end for a, b in itertools.pairwise(chunks)))
         truths[sizes] = (chunks[-1].end - chunks[0].end) / (chunks[-1].at_s - chunks[0].at_s)
     return truths
 

@@ -19,16 +19,9 @@ import openai
 import pytest
 
 from sglperf.runtime.server import free_port
-from sglperf.testing.emulator import (
-    CONFIG_ENV,
-    EFFECTIVE_ENV,
-    READY_LINE,
-    EmulatorConfig,
-    chunk_plan,
-    expected_accept_length,
-    expected_decode_tok_s,
-    plan_request,
-)
+from sglperf.testing.emulator.config import CONFIG_ENV, EFFECTIVE_ENV, EmulatorConfig
+from sglperf.testing.emulator.console import READY_LINE
+from sglperf.testing.emulator.timing import chunk_plan, expected_accept_length, expected_decode_tok_s, plan_request
 
 pytestmark = pytest.mark.selftest
 
@@ -210,9 +203,9 @@ def test_health_503_then_200_and_log(spawn: Callable[..., Emulator], model_dir: 
     assert statuses and set(statuses) == {503}
     lines = emu.log().splitlines()
     assert "sglperf emulator" in lines[0] and "TEST DOUBLE" in lines[0] and "not a GPU" in lines[0]
-    assert any("Load weight end." in l and "mem usage=27.50 GB" in l for l in lines)
-    assert any("Capture cuda graph end" in l for l in lines)
-    assert not any("capture prefill" in l.lower() for l in lines)
+    assert any("Load weight end." in ln and "mem usage=27.50 GB" in ln for ln in lines)
+    assert any("Capture cuda graph end" in ln for ln in lines)
+    assert not any("capture prefill" in ln.lower() for ln in lines)
     assert READY_LINE in lines[-1]
     with emu.client() as c:
         info = c.get("/server_info").json()
@@ -263,8 +256,8 @@ def test_server_info_from_effective_file(spawn: Callable[..., Emulator], model_d
         "architectures": ["Qwen3_5ForConditionalGeneration"],
         "has_image_understanding": True,
     }
-    assert any("capture prefill cuda graph end" in l.lower() for l in emu.log().splitlines())
-    assert any("mem usage=29.00 GB" in l for l in emu.log().splitlines())
+    assert any("capture prefill cuda graph end" in ln.lower() for ln in emu.log().splitlines())
+    assert any("mem usage=29.00 GB" in ln for ln in emu.log().splitlines())
 
 
 # --- generation ---

@@ -35,6 +35,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sglperf.measure.meter import measure
+from sglperf.measure.prompts import Message, Prompt, PromptError, PromptSet, load_prompts
 from sglperf.measure.samples import (
     Chunk,
     MeterError,
@@ -46,10 +47,10 @@ from sglperf.measure.samples import (
     ttft_s,
 )
 from sglperf.measure.stream import Event, RequestContext, parse_native, parse_openai, sse_events
-from sglperf.measure.prompts import Message, Prompt, PromptError, PromptSet, load_prompts
 from sglperf.model.deployment import Workload
 from sglperf.runtime.server import free_port
-from sglperf.testing.emulator import CONFIG_ENV, expected_accept_length, prompt_tokens_of_text
+from sglperf.testing.emulator.config import CONFIG_ENV
+from sglperf.testing.emulator.timing import expected_accept_length, prompt_tokens_of_text
 
 pytestmark = pytest.mark.selftest
 

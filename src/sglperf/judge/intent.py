@@ -80,8 +80,11 @@ def judge(
     hint: str = "",
     warnings: Sequence[str] = (),
     tier: str = "preflight",
+    caveats: Sequence[str] = (),
 ) -> Verdict:
-    """Compare one intent's expectation with the variant's effective args (None: SGLang refused it)."""
+    """Compare one intent's expectation with the variant's effective args (None: SGLang refused it).
+
+    ``caveats``: SGLang's own words for a rule the request overrides (see `preflight.check`)."""
     shown_expected = intent.show(expected)
     base: dict[str, Any] = {
         "deployment": deployment,
@@ -91,6 +94,7 @@ def judge(
         "sglang_version": sglang_version,
         "warnings": tuple(warnings),
         "tier": tier,
+        "caveats": tuple(caveats),
     }
     if error is not None or args is None:
         message = f"{error.type}: {error.message}" if error else "no effective args"

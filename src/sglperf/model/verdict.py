@@ -34,6 +34,7 @@ class Verdict:
     reasons: tuple[str, ...] = ()  # SGLang rules and log lines that explain the actual value
     warnings: tuple[str, ...] = ()
     tier: str = "preflight"
+    caveats: tuple[str, ...] = ()  # SGLang's own words for a rule this request overrides
 
     @property
     def ok(self) -> bool | None:
@@ -53,6 +54,7 @@ class Verdict:
         )
         lines = [head, f"  {self.detail}"]
         lines += [f"  because: {r}" for r in self.reasons]
+        lines += [f"  caveat: {c}" for c in self.caveats]
         lines += [f"  warning: {w}" for w in self.warnings]
         return "\n".join(lines)
 
@@ -71,6 +73,7 @@ class Verdict:
             "warnings": list(self.warnings),
             "sglang_version": self.sglang_version,
             "tier": self.tier,
+            "caveats": list(self.caveats),
         }
 
     @classmethod
@@ -87,4 +90,5 @@ class Verdict:
             reasons=tuple(record.get("reasons", ())),
             warnings=tuple(record.get("warnings", ())),
             tier=str(record.get("tier", "preflight")),
+            caveats=tuple(record.get("caveats", ())),
         )

@@ -7,13 +7,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sglperf.judge.intent import judge, judge_error
+from sglperf.judge.intent import explain, judge, judge_error
 from sglperf.model.deployment import Deployment, Variant
 from sglperf.model.resolution import Resolution
 from sglperf.model.verdict import Verdict
 from sglperf.preflight.resolver import Resolver
 from sglperf.sglang.flags import SKIP_TOKENIZER_FLAG, FlagError, LaunchPlan, plan
-from sglperf.sglang.intents import INTENTS, ParserInfo
+from sglperf.sglang.intents import INTENTS, Intent, ParserInfo
 
 PREFLIGHT_FLAGS = (SKIP_TOKENIZER_FLAG,)
 
@@ -55,7 +55,27 @@ def check(deployment: Deployment, resolver: Resolver, variant_ids: Sequence[str]
 
     planned = [c for c in checks if c.plan is not None]
     jobs = [((*c.plan.argv, *PREFLIGHT_FLAGS), c.plan.env) for c in planned if c.plan]
-    for c, resolution in zip(planned, resolver.resolve(jobs, salt=_config_digest(deployment))):
+    # What SGLang would decide without each boolean request: when it differs, the request overrides one
+    # of SGLang's own rules, and the verdict carries that rule's words as a caveat.
+    unasked: list[tuple[VariantCheck, str, LaunchPlan]] = []
+    for c in planned:
+        for name, value in c.variant.request.items():
+            if isinstance(value, bool):
+                without = c.variant.model_copy(
+                    update={"request": {k: v for k, v in c.variant.request.items() if k != name}}
+                )
+                try:
+                    unasked.append((c, name, plan(deployment, without, release.parser, model_dir, architectures)))
+                except FlagError:
+                    continue
+    jobs += [((*p.argv, *PREFLIGHT_FLAGS), p.env) for _, _, p in unasked]
+    resolved = resolver.resolve(jobs, salt=_config_digest(deployment))
+    caveats: dict[tuple[str, str], tuple[str, ...]] = {}
+    for (c, name, _), resolution in zip(unasked, resolved[len(planned) :]):
+        found = _overridden_rule(INTENTS[name], c.variant.request[name], resolution, release.parser, c.plan)
+        if found:
+            caveats[(c.variant.id, name)] = found
+    for c, resolution in zip(planned, resolved):
         c.resolution = resolution
         assert c.plan is not None
         for name, expected in deployment.expectations_for(c.variant).items():
@@ -72,9 +92,41 @@ def check(deployment: Deployment, resolver: Resolver, variant_ids: Sequence[str]
                     requested=name in c.variant.request,
                     hint=_hint(intent.name, expected, release.parser, architectures),
                     warnings=c.plan.warnings,
+                    caveats=caveats.get((c.variant.id, name), ()),
                 )
             )
     return checks
+
+
+# Words with which SGLang's help texts warn about a flag ("(for testing)", "experimental", ...).
+CAUTION_WORDS = ("test", "experimental", "unsafe", "not recommended", "caution", "may ")
+
+
+def _overridden_rule(
+    intent: Intent, requested: bool, unasked: Resolution, parser: ParserInfo, asked: LaunchPlan | None
+) -> tuple[str, ...]:
+    """SGLang's own words for the rule a request overrides, if without it SGLang decides otherwise."""
+    args = unasked.effective_args
+    if args is None:
+        return ()
+    try:
+        default = intent.read(args.fields, args.model).value
+    except KeyError:
+        return ()
+    if intent.matches(requested, default):
+        return ()  # SGLang does this anyway: nothing is overridden
+    words = [f"without the request SGLang decides {intent.show(default)}: {r}" for r in explain(intent, args, default)]
+    for flag in _added_flags(asked, intent):
+        help_text = parser.options[flag].help if flag in parser.options else ""
+        if any(w in help_text.lower() for w in CAUTION_WORDS):
+            words.append(f"SGLang's help for {flag}: {' '.join(help_text.split())[:200]}")
+    return tuple(words) or (f"without the request SGLang decides {intent.show(default)}",)
+
+
+def _added_flags(asked: LaunchPlan | None, intent: Intent) -> list[str]:
+    if asked is None:
+        return []
+    return [a.split("=", 1)[0] for a in asked.argv if a.split("=", 1)[0] in intent.flag_names]
 
 
 def _hint(intent_name: str, expected: Any, parser: ParserInfo, architectures: tuple[str, ...]) -> str:

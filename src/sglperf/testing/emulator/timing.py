@@ -1,0 +1,156 @@
+"""The emulator's timing model, as pure functions: the truth the suite's statistics are checked against.
+
+Timing model (one request; requests are independent: each runs its own step loop, whereas a real
+server batches them, so concurrency does not slow anything down here):
+
+* TTFT = ``prefill_s_per_token * prompt_tokens`` plus one decode step; the first token comes from
+  prefill and is never a verify step. Prompt tokens are ``len(input_ids)``, else
+  ``max(1, len(text.encode()) // 4)`` (chat: the messages' text joined by newlines).
+* Then repeated decode (verify) steps. Without speculative decoding a step yields 1 token. With it
+  (effective ``speculative_algorithm`` set, S = ``speculative_num_steps``; top-k is treated as 1)
+  a step accepts k drafts, k = consecutive Bernoulli(``accept_prob``) successes capped at S, and
+  yields k + 1 tokens (the bonus token), capped by the tokens still to generate.
+* Step time = ``decode_step_s * decode_slowdown`` times log-normal noise of mean 1 and CV
+  ``noise_cv``, drawn from ``numpy.random.default_rng([seed, request_index])``: runs reproduce.
+* Chunks are sent at absolute ``time.perf_counter`` deadlines (no accumulated sleep error); the first
+  token is sent alone, then each chunk carries all tokens of ``stream_interval`` steps.
+* Truth: :func:`expected_accept_length` and :func:`expected_decode_tok_s`. As in SGLang, a request's
+  ``spec_accept_length`` = completion_tokens / spec_verify_ct counts the prefill token too, so it
+  exceeds the per-step expectation by about 1 / spec_verify_ct.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from sglperf.sglang.intents import Speculative
+from sglperf.testing.emulator.config import DEFAULT_SPEC_STEPS, EmulatorConfig
+
+
+def speculative_steps(effective: Mapping[str, Any]) -> int | None:
+    """S for speculative decoding, or None when it is off."""
+    algorithm = effective.get(Speculative.FIELDS["algorithm"])
+    if algorithm in (None, "", "NONE", "None"):
+        return None
+    steps = effective.get(Speculative.FIELDS["num_steps"])
+    return DEFAULT_SPEC_STEPS if steps is None else int(steps)
+
+
+def expected_accept_length(accept_prob: float, num_steps: int) -> float:
+    """Expected tokens per verify step: sum_{i=0..S} p^i (the bonus token included)."""
+    return sum(accept_prob**i for i in range(num_steps + 1))
+
+
+def expected_decode_tok_s(config: EmulatorConfig, num_steps: int | None) -> float:
+    """Expected single-stream decode rate, tokens/s, ignoring the max_new_tokens cap."""
+    per_step = 1.0 if num_steps is None else expected_accept_length(config.accept_prob, num_steps)
+    return per_step / (config.decode_step_s * config.decode_slowdown)
+
+
+def prompt_tokens_of_text(text: str) -> int:
+    return max(1, len(text.encode()) // 4)
+
+
+def token_text(index: int) -> str:
+    return f" tok{index}"
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One forward pass: when its tokens are ready (seconds after arrival) and how many."""
+
+    at_s: float
+    tokens: int
+
+
+@dataclass(frozen=True)
+class Plan:
+    """All forward passes of one request, drawn up front so the truth does not depend on timing."""
+
+    prefill_s: float
+    passes: tuple[Pass, ...]  # passes[0] is prefill's first token; the rest are verify steps
+    accepted_drafts: int = 0
+    proposed_drafts: int = 0
+
+    @property
+    def completion_tokens(self) -> int:
+        return sum(p.tokens for p in self.passes)
+
+    @property
+    def verify_steps(self) -> int:
+        return max(0, len(self.passes) - 1)
+
+
+def plan_request(
+    config: EmulatorConfig, spec_steps: int | None, prompt_tokens: int, n_tokens: int, rng: np.random.Generator
+) -> Plan:
+    """Draw the passes producing ``n_tokens`` tokens under the timing model."""
+    step_s = config.decode_step_s * config.decode_slowdown
+    sigma = math.sqrt(math.log1p(config.noise_cv**2))
+    mu = -sigma * sigma / 2  # makes the log-normal's mean exactly 1
+
+    def step_time() -> float:
+        return step_s * (float(rng.lognormal(mu, sigma)) if sigma > 0 else 1.0)
+
+    prefill_s = config.prefill_s_per_token * prompt_tokens
+    if n_tokens <= 0:
+        return Plan(prefill_s, ())
+    t = prefill_s + step_time()
+    passes = [Pass(t, 1)]
+    done, accepted, proposed = 1, 0, 0
+    while done < n_tokens:
+        t += step_time()
+        drafts = 0
+        if spec_steps is not None:
+            while drafts < spec_steps and rng.random() < config.accept_prob:
+                drafts += 1
+            proposed += spec_steps
+        emitted = min(drafts + 1, n_tokens - done)
+        accepted += emitted - 1
+        passes.append(Pass(t, emitted))
+        done += emitted
+    return Plan(prefill_s, tuple(passes), accepted, proposed)
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One streamed chunk: when it is sent and the cumulative counts it reports."""
+
+    at_s: float
+    end: int  # cumulative tokens once sent
+    verify_ct: int  # cumulative verify steps
+    final: bool = False
+
+
+def chunk_plan(plan: Plan, stream_interval: int, splits: tuple[int, ...] = ()) -> list[Chunk]:
+    """Group passes into chunks; ``splits`` are token counts where a chunk must end (fault points)."""
+    if not plan.passes:
+        return [Chunk(plan.prefill_s, 0, 0, final=True)]
+    done = plan.passes[0].tokens
+    chunks = [Chunk(plan.passes[0].at_s, done, 0)]  # the first token is streamed alone
+    last = len(plan.passes) - 1
+    for i, p in enumerate(plan.passes[1:], start=1):
+        done += p.tokens
+        if i % stream_interval == 0 or i == last:
+            chunks.append(Chunk(p.at_s, done, i))
+    chunks[-1] = dataclasses.replace(chunks[-1], final=True)
+    for point in sorted(set(splits)):
+        for idx, c in enumerate(chunks):
+            start = chunks[idx - 1].end if idx else 0
+            if start < point < c.end:
+                chunks.insert(idx, Chunk(c.at_s, point, c.verify_ct))
+                break
+    return chunks
+
+
+def sleep_until(deadline: float) -> None:
+    remaining = deadline - time.perf_counter()
+    if remaining > 0:
+        time.sleep(remaining)
