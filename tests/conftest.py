@@ -28,6 +28,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if Path(str(item.path)).is_relative_to(ROOT / "tests"):
             item.add_marker(pytest.mark.selftest)
+        # The fast tier is `-m "not needs_sglang"`: whatever needs a real SGLang environment (directly
+        # or through a fixture that does) is marked here, so a new test cannot slip into it by mistake.
+        if "sglang_python" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.needs_sglang)
 
 
 @pytest.fixture(scope="session")

@@ -16,6 +16,7 @@ from sglperf.baselines import regression, store
 from sglperf.model.deployment import Deployment, DeploymentError, discover
 from sglperf.reporting import markdown
 from sglperf.reporting.console import verdict_json, verdict_table
+from sglperf.reporting.run_results import history_dirs
 from sglperf.sglang import envs
 from sglperf.sglang.intents import ParserInfo
 
@@ -134,12 +135,9 @@ def cmd_baseline(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     folder = Path(args.results_dir)
-    history = [
-        p
-        for p in sorted(folder.resolve().parent.iterdir())
-        if p.is_dir() and p != folder.resolve() and (p / "measurements").is_dir()
-    ]
-    path = markdown.write(folder, history)
+    if not folder.is_dir():
+        raise UsageError(f"{folder}: no such results folder (give the --results-dir of a run)")
+    path = markdown.write(folder.resolve(), history_dirs(folder))
     print(path)
     if args.summary:
         print(path.read_text())

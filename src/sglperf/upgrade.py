@@ -125,9 +125,12 @@ def flag_changes(
             said = _release_says(new_flag, new)
             if said is not None:
                 changes.append(FlagChange(flag, "deprecated", users_, *said))
+            elif (spelled := replacement_for(flag, new, architectures)) is not None:
+                changes.append(FlagChange(flag, "deprecated", users_, spelled, "intent"))
+            elif (renamed := RENAMED_FLAGS.get(flag)) is not None:
+                changes.append(FlagChange(flag, "deprecated", users_, renamed, "sglperf's table"))
             else:
-                spelled = replacement_for(flag, new, architectures) or RENAMED_FLAGS.get(flag)
-                changes.append(FlagChange(flag, "deprecated", users_, spelled, "intent" if spelled else None))
+                changes.append(FlagChange(flag, "deprecated", users_, None))
     return changes
 
 

@@ -182,6 +182,15 @@ def test_verdict_rows_show_tier_status_detail_and_first_reason(tmp_path: Path) -
     assert "| preflight | decode_cuda_graph | on | on | **pass** |" in text
 
 
+def test_inert_and_unproven_verdicts(tmp_path: Path) -> None:
+    inert = verdict("mtp3-full", "single_batch_overlap", Status.INERT, actual="inert (set, no effect)", detail="d")
+    unproven = verdict("mtp3-full", "vision_weights_skipped", Status.UNPROVEN, actual="on (unproven)", detail="u")
+    text = report_of(write_folder(tmp_path / "night", [inert, unproven], []))
+    assert "2 intent checks (1 failed)" in text  # inert is a failure, unproven is not
+    assert "| preflight | single_batch_overlap | on | inert (set, no effect) | **inert** | d |" in text
+    assert "| preflight | vision_weights_skipped | on | on (unproven) | **unproven** | u |" in text
+
+
 def test_a_pipe_in_a_detail_is_escaped_so_the_table_keeps_its_columns(tmp_path: Path) -> None:
     v = verdict(detail="choices: a|b", reasons=("rule said x | y",))
     text = report_of(write_folder(tmp_path / "night", [v], []))
@@ -255,7 +264,9 @@ def test_a_malformed_verdict_line_names_the_file_and_line(tmp_path: Path) -> Non
     assert str(info.value).startswith(f"{path}:3: not a verdict record")
 
 
-@pytest.mark.parametrize("line", ["{not json", "[1, 2]", '"text"', json.dumps({**verdict().to_record(), "status": "?"})])
+@pytest.mark.parametrize(
+    "line", ["{not json", "[1, 2]", '"text"', json.dumps({**verdict().to_record(), "status": "?"})]
+)
 def test_any_unreadable_verdict_line_is_a_results_error(tmp_path: Path, line: str) -> None:
     folder = tmp_path / "night"
     folder.mkdir()

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import matplotlib.pyplot as plt
+import numpy as np
 import pytest
 from matplotlib.figure import Figure
 
@@ -61,7 +63,7 @@ def save(folder: Path, *records: MeasurementRecord) -> Path:
 
 
 @pytest.fixture
-def figures(monkeypatch: pytest.MonkeyPatch) -> list[Figure]:
+def figures(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Figure]]:
     """Every figure plots.py closes, kept for inspection (closed afterwards)."""
     seen: list[Figure] = []
     close = plt.close
@@ -69,7 +71,7 @@ def figures(monkeypatch: pytest.MonkeyPatch) -> list[Figure]:
     def keep(fig: Any = None) -> None:
         seen.append(fig)
 
-    monkeypatch.setattr(plots.plt, "close", keep)
+    monkeypatch.setattr(plt, "close", keep)
     yield seen
     for fig in seen:
         close(fig)
@@ -110,9 +112,7 @@ def test_history_skips_folders_without_the_record_or_with_a_malformed_one(tmp_pa
     assert made[m.key] == [tmp_path / "out" / f"{m.key}-samples.png"]  # one usable point: no history
 
 
-def test_history_points_are_the_medians_of_each_usable_folder_in_order(
-    tmp_path: Path, figures: list[Figure]
-) -> None:
+def test_history_points_are_the_medians_of_each_usable_folder_in_order(tmp_path: Path, figures: list[Figure]) -> None:
     old = measurement(samples={"decode_tok_s": [60.0, 61.0, 62.0]})
     new = measurement(samples={"decode_tok_s": [70.0, 71.0, 72.0]})
     night1 = save(tmp_path / "night1", old)
@@ -124,7 +124,7 @@ def test_history_points_are_the_medians_of_each_usable_folder_in_order(
     history = figures[-1]
     (ax,) = history.axes
     assert [t.get_text() for t in ax.get_xticklabels()] == ["night1", "night3"]
-    assert list(ax.lines[0].get_ydata()) == [61.0, 71.0]
+    assert np.asarray(ax.lines[0].get_ydata()).tolist() == [61.0, 71.0]
     assert ax.get_ylabel() == "tok/s"
     assert "history: qwen36-mtp1-decode-chat-c1" in history.texts[0].get_text()
 

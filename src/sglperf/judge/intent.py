@@ -49,22 +49,34 @@ def explain(intent: Intent, args: EffectiveArgs, actual: Any) -> list[str]:
 
 
 def _spaced(text: str) -> str:
-    """Field, flag and prose spellings compared alike: `--a-b`, `a_b` and `a b` all read `a b`."""
+    """Prose compared alike whatever the separators: "prefill-CUDA graph" reads "prefill cuda graph"."""
     return " ".join(re.sub(r"[^a-z0-9]+", " ", text.lower()).split())
+
+
+def _names(message: str) -> set[str]:
+    """Every flag (`--a-b`) and field (`a_b`) named in a log line, whole: `--disable-cuda-graph-padding`
+    is not `--disable-cuda-graph`."""
+    lowered = message.lower()
+    return set(re.findall(r"--[a-z0-9][a-z0-9-]*", lowered)) | set(re.findall(r"\b[a-z0-9]+(?:_[a-z0-9]+)+\b", lowered))
 
 
 def is_about(intent: Intent, message: str) -> bool:
     """Whether an SGLang log line is about this intent. A line that names the intent's fields or flags
-    is; one that only shares a topic word with it (speculative ...) and is about another flag is not:
+    is; one that only shares a topic word with it (speculative ...) and names another flag is not:
     "Max running requests is reset to 48 for speculative decoding ... --max-running-requests"."""
-    text = _spaced(message)
-    own = {_spaced(name) for name in (*intent.fields, *intent.flag_names)}
-    if any(name in text for name in own):
+    own = {name.lower() for name in (*intent.fields, *intent.flag_names)}
+    named = _names(message)
+    if named & own:
         return True
-    if not any(_spaced(k) in text for k in intent.log_keywords):
+    others = named - own
+    # Topic words inside another field's or flag's name ("disable_cuda_graph_padding") do not count.
+    prose = message.lower()
+    for name in sorted(others, key=len, reverse=True):
+        prose = prose.replace(name, " ")
+    text = f" {_spaced(prose)} "
+    if not any(f" {_spaced(k)} " in text for k in intent.log_keywords):
         return False
-    others = {_spaced(f) for f in re.findall(r"--[a-z][a-z0-9-]+", message.lower())} - own
-    return not others
+    return not {n for n in others if n.startswith("--")}
 
 
 def judge(

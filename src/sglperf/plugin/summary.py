@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,7 +12,7 @@ from sglperf.model.metrics import METRICS, MetricOutcome
 from sglperf.plugin.items import MEASUREMENT_PROPERTY
 from sglperf.plugin.keys import LIVE_KEY
 from sglperf.reporting import markdown
-from sglperf.reporting.run_results import MEASUREMENTS_DIR, ResultsError
+from sglperf.reporting.run_results import ResultsError, history_dirs
 
 # Columns of the terminal table: (metric, heading, scale, format).
 COLUMNS = (
@@ -56,7 +55,7 @@ class RunSummary:
         folder = self.config.stash[LIVE_KEY].options.results_dir
         if not hasattr(self.config, "workerinput") and folder.is_dir():
             try:
-                tr.write_line(f"sglperf report: {markdown.write(folder, history=history_dirs(folder))}")
+                tr.write_line(f"sglperf report: {markdown.write(folder.resolve(), history=history_dirs(folder))}")
             except ResultsError:
                 pass  # nothing was recorded in this run
 
@@ -79,11 +78,3 @@ def summary_line(row: MeasurementRow) -> str:
     )
     cells = [format(row.medians.get(metric, math.nan) * scale, fmt) for metric, scale, fmt in COLUMNS]
     return f"{row.key:44} {' '.join(cells)}  {verdict}"
-
-
-def history_dirs(folder: Path) -> list[Path]:
-    """Earlier results folders next to this one (the nights before), for the history plots."""
-    parent = folder.resolve().parent
-    return sorted(
-        p for p in parent.iterdir() if p.is_dir() and p != folder.resolve() and (p / MEASUREMENTS_DIR).is_dir()
-    )

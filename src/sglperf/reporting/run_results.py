@@ -59,3 +59,9 @@ def collect(folder: Path) -> RunResults:
     if not verdicts and not measurements:
         raise ResultsError(f"{folder}: no sglperf results here (expected {VERDICTS_GLOB} or {MEASUREMENTS_DIR}/*.json)")
     return RunResults(folder, tuple(verdicts), tuple(measurements))
+
+
+def history_dirs(folder: Path) -> list[Path]:
+    """Earlier results folders next to this one (the nights before), oldest first, as absolute paths."""
+    here = folder.resolve()
+    return sorted(p for p in here.parent.iterdir() if p.is_dir() and p != here and (p / MEASUREMENTS_DIR).is_dir())

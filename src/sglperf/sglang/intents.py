@@ -320,9 +320,12 @@ class VisionWeightsSkipped(_Boolean):
             return [self.MODEL_ONLY_FLAG]
         if parser.has(self.OVERRIDE_FLAG):
             return [self.OVERRIDE_FLAG, json.dumps(self.OVERRIDE)]
+        # The last resort an operator would reach for; preflight shows whether the tower is still built.
+        if parser.has(self.LANGUAGE_ONLY_FLAG):
+            return [self.LANGUAGE_ONLY_FLAG]
         raise IntentNotExpressible(
-            f"SGLang {parser.version} has neither {self.MODEL_ONLY_FLAG} (for this architecture) nor "
-            f"{self.OVERRIDE_FLAG}"
+            f"SGLang {parser.version} has none of {self.MODEL_ONLY_FLAG} (for this architecture), "
+            f"{self.OVERRIDE_FLAG}, {self.LANGUAGE_ONLY_FLAG}"
         )
 
     def read(self, effective: Mapping[str, Any], model: ModelFacts | None = None) -> Reading:

@@ -1,0 +1,271 @@
+"""`sglperf.sglang.envs`: the pure parts (requirement filtering, paths); nothing is built or downloaded."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from sglperf.sglang import envs
+
+METADATA = """\
+Metadata-Version: 2.4
+Name: sglang
+Version: 0.5.23
+Requires-Python: >=3.10
+Requires-Dist: aiohttp
+Requires-Dist: transformers==4.57.1
+Requires-Dist: outlines[serve]==0.1.11
+Requires-Dist: Pillow>=10; python_version >= "3.8"
+Requires-Dist: uvloop; sys_platform != "win32"
+Requires-Dist: pywin32; sys_platform == "win32"
+Requires-Dist: legacy-backport; python_version < "3"
+Requires-Dist: torch==2.9.1
+Requires-Dist: torchvision
+Requires-Dist: torchao==0.9.0
+Requires-Dist: torch_memory_saver==0.0.9
+Requires-Dist: flashinfer_python==0.5.3
+Requires-Dist: flashinfer-cubin==0.5.3
+Requires-Dist: sgl-kernel==0.3.16
+Requires-Dist: sglang-kernel==0.1.0
+Requires-Dist: nvidia-cutlass-dsl>=4.2.1
+Requires-Dist: nvidia_nccl_cu12==2.27.3
+Requires-Dist: cuda-python
+Requires-Dist: cuda-bindings>=12
+Requires-Dist: flash_attn>=2
+Requires-Dist: deep_gemm
+Requires-Dist: triton==3.4.0
+Requires-Dist: decord2
+Requires-Dist: xgrammar==0.1.25
+Requires-Dist: torchdata
+Requires-Dist: pytest; extra == "test"
+Requires-Dist: sglang[srt]; extra == "all"
+Provides-Extra: test
+Provides-Extra: all
+
+A long description that mentions Requires-Dist: should-not-count in its body.
+"""
+
+
+def test_light_requirements_keep_pins_and_drop_gpu_only_extras_and_foreign_platforms() -> None:
+    assert envs.light_requirements(METADATA) == [
+        "aiohttp",
+        "transformers==4.57.1",
+        "outlines==0.1.11",  # the extra only pulls GPU packages
+        "Pillow>=10",  # marker true here, then dropped
+        "uvloop",
+        "xgrammar==0.1.25",
+        "torchdata",  # "torch" is an exact name, not a prefix
+    ]
+
+
+def test_light_requirements_of_metadata_without_requirements() -> None:
+    assert envs.light_requirements("Metadata-Version: 2.1\nName: x\nVersion: 1\n") == []
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "torch",
+        "Torch",
+        "flashinfer_python",
+        "flashinfer-jit-cache",
+        "sgl-kernel",
+        "sgl_kernel",
+        "sglang-kernel",
+        "nvidia-cudnn-cu12",
+        "nvidia_nccl_cu12",
+        "cuda-python",
+        "cuda-bindings",
+        "flash-attn",
+        "flash_attn_3",
+        "deep-ep",
+        "deep_gemm",
+        "triton",
+        "torch.memory.saver",
+        "av",
+        "decord",
+    ],
+)
+def test_gpu_only_packages(name: str) -> None:
+    assert envs.is_gpu_only(name)
+
+
+@pytest.mark.parametrize(
+    "name", ["sglang", "transformers", "torchdata", "nvidia", "cudapy", "avro", "tritonclient", "numpy", "kernels-x"]
+)
+def test_packages_resolution_needs_are_not_gpu_only(name: str) -> None:
+    assert not envs.is_gpu_only(name)
+
+
+def test_home_honours_sglperf_home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("SGLPERF_HOME", str(tmp_path / "cache"))
+    assert envs.home() == tmp_path / "cache"
+
+
+def test_home_defaults_to_the_user_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("SGLPERF_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert envs.home() == tmp_path / ".cache" / "sglperf"
+
+
+def test_env_for_places_each_release_under_home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("SGLPERF_HOME", str(tmp_path))
+    assert envs.envs_root() == tmp_path / "envs"
+    env = envs.env_for("0.5.23")
+    assert env == envs.SGLangEnv("0.5.23", tmp_path / "envs" / "sglang-0.5.23")
+    assert env.python == tmp_path / "envs" / "sglang-0.5.23" / "bin" / "python"
+    assert envs.env_for("0.5.13").path != env.path
+
+
+def test_an_environment_is_ready_only_with_this_recipes_marker(tmp_path: Path) -> None:
+    env = envs.SGLangEnv("0.5.23", tmp_path / "sglang-0.5.23")
+    assert not env.ready
+    env.path.mkdir()
+    marker = env.path / ".sglperf-ready"
+    marker.write_text("stale\n")
+    assert not env.ready
+    marker.write_text(envs._recipe_digest("0.5.23") + "\n")
+    assert env.ready
+    assert not envs.SGLangEnv("0.5.13", env.path).ready  # another release's recipe
+
+
+def test_recipe_digest_changes_with_what_goes_into_an_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    digest = envs._recipe_digest("0.5.23")
+    assert digest == envs._recipe_digest("0.5.23") and len(digest) == 16
+    assert envs._recipe_digest("0.5.13") != digest
+    monkeypatch.setattr(envs, "RECIPE_VERSION", envs.RECIPE_VERSION + "x")
+    assert envs._recipe_digest("0.5.23") != digest
+    monkeypatch.undo()
+    monkeypatch.setattr(envs, "GPU_ONLY_PATTERNS", (*envs.GPU_ONLY_PATTERNS, "newkernel"))
+    assert envs._recipe_digest("0.5.23") != digest
+
+
+def ready_env(version: str) -> envs.SGLangEnv:
+    """A managed environment folder marked ready for this recipe (nothing installed in it)."""
+    env = envs.env_for(version)
+    env.path.mkdir(parents=True)
+    (env.path / ".sglperf-ready").write_text(envs._recipe_digest(version) + "\n")
+    return env
+
+
+def forbid_building(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_build(*args: object, **kwargs: object) -> None:
+        raise AssertionError("nothing may be downloaded, built or run")
+
+    for name in ("ensure_torch_env", "_run", "_download_wheel", "_build"):
+        monkeypatch.setattr(envs, name, no_build)
+
+
+@pytest.mark.parametrize("version", ["0.5.23", "0.5.13", "1.0.0rc1", "0.5.23.post1"])
+def test_release_versions_are_accepted(version: str) -> None:
+    assert envs.check_version(version) == version
+
+
+@pytest.mark.parametrize(
+    "version", ["v0.5.23", "0.5.023", " 0.5.23", "0.5.23+cu12", "../0.5.23", "0.5/23", "latest", ""]
+)
+def test_anything_but_a_plain_release_is_refused_before_naming_a_folder(
+    version: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("SGLPERF_HOME", str(tmp_path))
+    forbid_building(monkeypatch)
+    with pytest.raises(envs.BadVersionError, match="not a release version"):
+        envs.env_for(version)
+    with pytest.raises(envs.BadVersionError):
+        envs.ensure_env(version)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_ready_environment_is_reused_without_building(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("SGLPERF_HOME", str(tmp_path))
+    forbid_building(monkeypatch)
+    env = ready_env("0.5.23")
+    assert envs.ensure_env("0.5.23") == env
+
+
+def test_list_envs_skips_lock_files_foreign_names_and_plain_files(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("SGLPERF_HOME", str(tmp_path))
+    assert envs.list_envs() == []  # no envs folder at all
+    ready_env("0.5.13")
+    (tmp_path / "envs" / "sglang-0.5.23").mkdir()  # half built: listed, not ready
+    (tmp_path / "envs" / "sglang-0.5.13.lock").write_text("")
+    (tmp_path / "envs" / "sglang-mine").mkdir()
+    (tmp_path / "envs" / "sglang-0.5.9").write_text("a file, not an environment")
+    (tmp_path / "envs" / "torch-2.14.1").mkdir()
+    listed = envs.list_envs()
+    assert [e.version for e in listed] == ["0.5.13", "0.5.23"]
+    assert [e.ready for e in listed] == [True, False]
+
+
+def test_only_folders_directly_under_the_cache_are_ever_deleted(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("SGLPERF_HOME", str(tmp_path / "home"))
+    outside = tmp_path / "precious"
+    outside.mkdir()
+    with pytest.raises(envs.EnvBuildError, match="refusing to delete"):
+        envs._remove_ours(outside)
+    nested = tmp_path / "home" / "envs" / "sglang-0.5.23" / "lib"
+    nested.mkdir(parents=True)
+    with pytest.raises(envs.EnvBuildError, match="refusing to delete"):
+        envs._remove_ours(nested)
+    with pytest.raises(envs.EnvBuildError, match="refusing to delete"):
+        envs._remove_ours(tmp_path / "home" / "envs" / "sglang-0.5.23" / ".." / ".." / ".." / "precious")
+    assert outside.is_dir() and nested.is_dir()
+    envs._remove_ours(tmp_path / "home" / "envs" / "sglang-0.5.23")
+    assert not (tmp_path / "home" / "envs" / "sglang-0.5.23").exists()
+
+
+def test_site_packages_of_a_venv(tmp_path: Path) -> None:
+    site = tmp_path / "lib" / "python3.11" / "site-packages"
+    site.mkdir(parents=True)
+    assert envs._site_packages(tmp_path) == site
+    with pytest.raises(envs.EnvBuildError, match="no site-packages under"):
+        envs._site_packages(tmp_path / "empty")
+
+
+def test_choose_python_explicit_choices(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    assert envs.choose_python("/opt/sglang/bin/python") == "/opt/sglang/bin/python"
+    with pytest.raises(ValueError, match="not both"):
+        envs.choose_python("/opt/sglang/bin/python", "0.5.23")
+    monkeypatch.setattr(envs, "ensure_env", lambda version, progress: envs.SGLangEnv(version, tmp_path / version))
+    assert envs.choose_python(sglang_version="0.5.23") == str(tmp_path / "0.5.23" / "bin" / "python")
+
+
+def test_choose_python_is_this_interpreter_when_it_has_sglang(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("SGLPERF_HOME", str(tmp_path))
+    ready_env("0.5.23")
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: object() if name == "sglang" else None)
+    assert envs.choose_python() == sys.executable
+
+
+def test_choose_python_falls_back_to_the_newest_ready_release(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("SGLPERF_HOME", str(tmp_path))
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(envs.EnvBuildError, match=r"no SGLang in this interpreter .* no managed SGLang environment"):
+        envs.choose_python()
+    ready_env("0.5.9")
+    newest = ready_env("0.5.13")  # newer by version, older as a string
+    (tmp_path / "envs" / "sglang-0.5.23").mkdir()  # not ready: never chosen
+    said: list[str] = []
+    assert envs.choose_python(progress=said.append) == str(newest.python)
+    assert said == [f"no SGLang in {sys.executable}: using the managed SGLang 0.5.13 ({newest.python})"]
+
+
+def test_a_failed_step_names_it_with_the_output_tail_without_index_warnings() -> None:
+    said: list[str] = []
+    script = (
+        "import sys; print('\\n'.join(f'line {i}' for i in range(40)));"
+        "print('WARNING: Location x is ignored', file=sys.stderr); sys.exit(3)"
+    )
+    with pytest.raises(envs.EnvBuildError) as info:
+        envs._run([sys.executable, "-c", script], "install light requirements", said.append)
+    assert str(info.value) == "install light requirements failed (exit 3):\n" + "\n".join(
+        f"line {i}" for i in range(32, 40)
+    )
+    assert said == [f"  install light requirements: {sys.executable} -c {script} ..."]

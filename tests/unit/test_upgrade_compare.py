@@ -1,0 +1,395 @@
+"""`sglperf.upgrade` on hand-built parsers and preflight results (no SGLang environments)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sglperf import upgrade
+from sglperf.model.deployment import Deployment, load
+from sglperf.model.resolution import LogLine, Resolution
+from sglperf.model.verdict import Status, Verdict
+from sglperf.preflight.check import VariantCheck
+from sglperf.sglang.flags import LaunchPlan
+from sglperf.sglang.intents import Option, ParserInfo
+
+from ..conftest import QWEN36
+
+OLD, NEW = "0.5.13", "0.5.23"
+SPECULATIVE_FLAGS = (
+    "--speculative-algorithm",
+    "--speculative-num-steps",
+    "--speculative-num-draft-tokens",
+    "--speculative-eagle-topk",
+)
+COMMON = ("--model-path", "--tp-size", "--skip-tokenizer-init", "--enable-single-batch-overlap", *SPECULATIVE_FLAGS)
+
+
+def parser(version: str, *flags: str, deprecated: tuple[str, ...] = (), **choices: tuple[str, ...]) -> ParserInfo:
+    options = {f: Option(dest=f[2:].replace("-", "_"), deprecated=f in deprecated) for f in (*COMMON, *flags)}
+    for dest, values in choices.items():
+        flag = "--" + dest.replace("_", "-")
+        options[flag] = Option(dest=dest, choices=values)
+    return ParserInfo(version, options)
+
+
+BACKENDS = ("breakable", "tc_piecewise", "full", "disabled")
+OLD_PARSER = parser(
+    OLD,
+    "--enforce-piecewise-cuda-graph",
+    "--disable-piecewise-cuda-graph",
+    "--disable-cuda-graph",
+    "--mamba-scheduler-strategy",
+    "--language-only",
+    "--legacy-knob",
+)
+NEW_PARSER = parser(
+    NEW,
+    "--disable-cuda-graph",
+    "--mamba-radix-cache-strategy",
+    "--language-only",
+    deprecated=("--disable-cuda-graph",),
+    cuda_graph_backend_prefill=BACKENDS,
+    cuda_graph_backend_decode=BACKENDS,
+)
+PREFILL_REPLACEMENT = (
+    "--cuda-graph-backend-prefill breakable (or `request = { prefill_cuda_graph = true }` in the variant)"
+)
+
+
+@pytest.fixture(scope="module")
+def deployment() -> Deployment:
+    return load(QWEN36)
+
+
+def argv(*flags: str) -> tuple[str, ...]:
+    return ("--model-path", "/m", "--tp-size", "2", *flags, "--speculative-algorithm", "NEXTN")
+
+
+def verdict(
+    variant: str, intent: str, actual: str | None, status: Status, detail: str = "", version: str = OLD
+) -> Verdict:
+    return Verdict("qwen36", variant, intent, "on", actual, status, detail, version)
+
+
+def variant_check(
+    deployment: Deployment,
+    variant_id: str,
+    version: str,
+    verdicts: list[Verdict],
+    flags: tuple[str, ...] = (),
+    warnings: tuple[str, ...] = (),
+    *,
+    resolved: bool = True,
+) -> VariantCheck:
+    plan = LaunchPlan("qwen36", variant_id, version, argv(*flags))
+    logs = (*(LogLine("WARNING", "sglang", w) for w in warnings), LogLine("INFO", "sglang", "info 1"))
+    resolution = Resolution(plan.argv, {}, {"port": 1}, logs) if resolved else None
+    return VariantCheck(deployment, deployment.variant(variant_id), plan, resolution, verdicts)
+
+
+def checks(deployment: Deployment) -> tuple[list[VariantCheck], list[VariantCheck]]:
+    old = [
+        variant_check(
+            deployment,
+            "mtp1",
+            OLD,
+            [
+                verdict("mtp1", "prefill_cuda_graph", "off", Status.FAIL, "read from x"),
+                verdict("mtp1", "decode_cuda_graph", "on", Status.PASS),
+            ],
+            ("--mamba-scheduler-strategy", "extra_buffer"),
+            ("max_total_tokens=1000 is small", "chunked prefill is off"),
+        ),
+        variant_check(
+            deployment,
+            "mtp3-full",
+            OLD,
+            [
+                verdict("mtp3-full", "prefill_cuda_graph", "on", Status.PASS),
+                verdict("mtp3-full", "single_batch_overlap", "on", Status.PASS),
+            ],
+            ("--mamba-scheduler-strategy", "extra_buffer", "--enforce-piecewise-cuda-graph", "--legacy-knob=1"),
+        ),
+    ]
+    new = [
+        variant_check(
+            deployment,
+            "mtp1",
+            NEW,
+            [
+                verdict("mtp1", "prefill_cuda_graph", "on", Status.PASS, version=NEW),
+                verdict("mtp1", "decode_cuda_graph", "on", Status.PASS, version=NEW),
+            ],
+            warnings=("max_total_tokens=2000 is small", "radix cache is experimental"),
+        ),
+        variant_check(
+            deployment,
+            "mtp3-full",
+            NEW,
+            [
+                verdict("mtp3-full", "prefill_cuda_graph", None, Status.ERROR, "SGLang's validation says: no", NEW),
+                verdict("mtp3-full", "single_batch_overlap", "off", Status.FAIL, "read from y", NEW),
+            ],
+            ("--cuda-graph-backend-prefill", "breakable"),
+            resolved=False,
+        ),
+    ]
+    return old, new
+
+
+def report(deployment: Deployment) -> upgrade.UpgradeReport:
+    old, new = checks(deployment)
+    return upgrade.compare_releases(OLD, NEW, OLD_PARSER, NEW_PARSER, old, new)
+
+
+def test_flag_changes_name_removed_renamed_and_deprecated_flags_with_replacements(deployment: Deployment) -> None:
+    old, _ = checks(deployment)
+    changes = {c.flag: c for c in upgrade.flag_changes(OLD_PARSER, NEW_PARSER, old, deployment.architectures)}
+    assert set(changes) == {
+        "--enforce-piecewise-cuda-graph",
+        "--disable-piecewise-cuda-graph",
+        "--disable-cuda-graph",
+        "--mamba-scheduler-strategy",
+        "--legacy-knob",
+    }
+    assert changes["--enforce-piecewise-cuda-graph"] == upgrade.FlagChange(
+        "--enforce-piecewise-cuda-graph",
+        "removed",
+        ("intent prefill_cuda_graph", "qwen36/mtp3-full"),
+        PREFILL_REPLACEMENT,
+        "intent",
+    )
+    assert changes["--disable-piecewise-cuda-graph"].change == "removed"
+    assert changes["--disable-piecewise-cuda-graph"].used_by == ("intent prefill_cuda_graph",)
+    assert changes["--disable-piecewise-cuda-graph"].replacement == (
+        "--cuda-graph-backend-prefill disabled (or `request = { prefill_cuda_graph = false }` in the variant)"
+    )
+    assert changes["--mamba-scheduler-strategy"] == upgrade.FlagChange(
+        "--mamba-scheduler-strategy",
+        "renamed",
+        ("qwen36/mtp1", "qwen36/mtp3-full"),
+        "--mamba-radix-cache-strategy",
+        "sglperf's table",
+    )
+    assert (changes["--disable-cuda-graph"].change, changes["--disable-cuda-graph"].source) == ("deprecated", "intent")
+    assert changes["--disable-cuda-graph"].replacement == (
+        "--cuda-graph-backend-decode disabled (or `request = { decode_cuda_graph = false }` in the variant)"
+    )
+    # "--legacy-knob=1": the value is split off; nothing knows a replacement.
+    assert changes["--legacy-knob"] == upgrade.FlagChange("--legacy-knob", "removed", ("qwen36/mtp3-full",), None)
+
+
+def test_flags_both_releases_accept_alike_are_not_changes(deployment: Deployment) -> None:
+    old, _ = checks(deployment)
+    flags = {c.flag for c in upgrade.flag_changes(OLD_PARSER, NEW_PARSER, old, deployment.architectures)}
+    assert not flags & {"--language-only", "--model-path", "--tp-size", "--speculative-algorithm"}
+    assert upgrade.flag_changes(OLD_PARSER, OLD_PARSER, old, deployment.architectures) == []
+
+
+def test_a_flag_already_deprecated_on_the_old_release_is_not_news(deployment: Deployment) -> None:
+    old_parser = parser(OLD, "--disable-cuda-graph", deprecated=("--disable-cuda-graph",))
+    assert upgrade.flag_changes(old_parser, NEW_PARSER, [], deployment.architectures) == []
+
+
+def test_an_abbreviated_flag_counts_under_its_full_name(deployment: Deployment) -> None:
+    old = [variant_check(deployment, "mtp1", OLD, [], ("--enforce-piecewise",))]
+    (change,) = [
+        c
+        for c in upgrade.flag_changes(OLD_PARSER, NEW_PARSER, old, deployment.architectures)
+        if "qwen36/mtp1" in c.used_by
+    ]
+    assert change.flag == "--enforce-piecewise-cuda-graph"
+
+
+def test_the_releases_own_replacement_wins_and_is_quoted(deployment: Deployment) -> None:
+    said = "--enforce-piecewise-cuda-graph is deprecated; use --cuda-graph-backend-prefill=breakable"
+    old_options = dict(OLD_PARSER.options)
+    old_options["--enforce-piecewise-cuda-graph"] = Option(
+        dest="enforce_piecewise_cuda_graph",
+        deprecated=True,
+        replacement="--cuda-graph-backend-prefill=breakable",
+        deprecation_message=said,
+    )
+    new_options = dict(NEW_PARSER.options)
+    new_options["--disable-cuda-graph"] = Option(
+        dest="disable_cuda_graph", deprecated=True, replacement="--cuda-graph-backend-decode=disabled"
+    )
+    old_parser, new_parser = ParserInfo(OLD, old_options), ParserInfo(NEW, new_options)
+    old, new = checks(deployment)
+    r = upgrade.compare_releases(OLD, NEW, old_parser, new_parser, old, new)
+    changes = {c.flag: c for c in r.flags}
+    removed = changes["--enforce-piecewise-cuda-graph"]
+    assert (removed.change, removed.replacement, removed.source, removed.release_says) == (
+        "removed",
+        "--cuda-graph-backend-prefill=breakable",
+        "SGLang 0.5.13's parser",
+        said,
+    )
+    deprecated = changes["--disable-cuda-graph"]
+    assert (deprecated.change, deprecated.replacement, deprecated.source, deprecated.release_says) == (
+        "deprecated",
+        "--cuda-graph-backend-decode=disabled",
+        "SGLang 0.5.23's parser",
+        None,
+    )
+    lines = upgrade.render(r).splitlines()
+    assert (
+        "  --enforce-piecewise-cuda-graph: removed in 0.5.23 (used by intent prefill_cuda_graph, qwen36/mtp3-full); "
+        f'SGLang 0.5.13\'s parser names its replacement: --cuda-graph-backend-prefill=breakable ("{said}")'
+    ) in lines
+    assert (
+        "  --disable-cuda-graph: deprecated in 0.5.23 (used by intent decode_cuda_graph); "
+        "SGLang 0.5.23's parser names its replacement: --cuda-graph-backend-decode=disabled"
+    ) in lines
+
+
+def test_an_inert_intent_on_the_new_release_breaks() -> None:
+    change = upgrade.IntentChange("q", "v", "single_batch_overlap", "on", "inert (set, no effect)", "pass", "inert", "")
+    assert change.changed and change.breaks
+    assert not upgrade.IntentChange("q", "v", "x", "on", "on", "pass", "unproven", "").breaks
+
+
+def test_intent_values_before_and_after_with_requested_marked(deployment: Deployment) -> None:
+    r = report(deployment)
+    rows = {(c.variant, c.intent): c for c in r.intents}
+    assert list(rows) == [
+        ("mtp1", "prefill_cuda_graph"),
+        ("mtp1", "decode_cuda_graph"),
+        ("mtp3-full", "prefill_cuda_graph"),
+        ("mtp3-full", "single_batch_overlap"),
+    ]
+    default_change = rows["mtp1", "prefill_cuda_graph"]
+    assert (default_change.before, default_change.after) == ("off", "on")
+    assert (default_change.status_before, default_change.status_after) == ("fail", "pass")
+    assert default_change.changed and not default_change.breaks and not default_change.requested
+    assert default_change.detail_after == ""  # passing: nothing to explain
+    assert not rows["mtp1", "decode_cuda_graph"].changed
+    assert rows["mtp3-full", "prefill_cuda_graph"].requested  # mtp3-full requests it
+    assert rows["mtp3-full", "single_batch_overlap"].detail_after == "read from y"
+    assert [(c.variant, c.intent) for c in r.breaking] == [
+        ("mtp3-full", "prefill_cuda_graph"),
+        ("mtp3-full", "single_batch_overlap"),
+    ]
+    assert len(r.changed) == 3
+
+
+def test_variants_missing_on_either_side_are_left_out(deployment: Deployment) -> None:
+    old, new = checks(deployment)
+    r = upgrade.compare_releases(OLD, NEW, OLD_PARSER, NEW_PARSER, old, new[:1])
+    assert {c.variant for c in r.intents} == {"mtp1"}
+    assert r.errors == []
+
+
+def test_refusals_are_listed_once_per_message(deployment: Deployment) -> None:
+    old, new = checks(deployment)
+    new[1].verdicts.append(
+        verdict("mtp3-full", "decode_cuda_graph", None, Status.ERROR, "SGLang's validation says: no", NEW)
+    )
+    r = upgrade.compare_releases(OLD, NEW, OLD_PARSER, NEW_PARSER, old, new)
+    assert r.errors == ["qwen36/mtp3-full: SGLang's validation says: no"]
+
+
+def test_warnings_that_appear_or_vanish_ignoring_numbers(deployment: Deployment) -> None:
+    r = report(deployment)
+    assert r.warnings == [
+        upgrade.WarningChange("qwen36", "mtp1", ("radix cache is experimental",), ("chunked prefill is off",)),
+    ]  # "max_total_tokens=1000" vs "=2000" is the same warning; mtp3-full has no warnings on either side
+
+
+def test_render_tells_the_operator_what_changes(deployment: Deployment) -> None:
+    text = upgrade.render(report(deployment))
+    lines = text.splitlines()
+    assert lines[0] == "SGLang 0.5.13 -> 0.5.23"
+    assert (
+        "  --enforce-piecewise-cuda-graph: removed in 0.5.23 (used by intent prefill_cuda_graph, qwen36/mtp3-full); "
+        f"sglperf will use {PREFILL_REPLACEMENT}"
+    ) in lines
+    assert (
+        "  --mamba-scheduler-strategy: renamed in 0.5.23 (used by qwen36/mtp1, qwen36/mtp3-full); "
+        "its new name is --mamba-radix-cache-strategy"
+    ) in lines
+    assert "  --legacy-knob: removed in 0.5.23 (used by qwen36/mtp3-full); no known replacement" in lines
+    assert any(
+        line.startswith("  --disable-cuda-graph: deprecated in 0.5.23 (used by intent decode_cuda_graph)")
+        for line in lines
+    )
+
+    def row(variant: str, intent: str) -> str:
+        return next(line for line in lines if f"qwen36/{variant} " in line and f" {intent} " in line)
+
+    assert row("mtp1", "prefill_cuda_graph").endswith("fail->pass SGLang default changed")
+    assert " off " in row("mtp1", "prefill_cuda_graph") and "-> on" in row("mtp1", "prefill_cuda_graph")
+    assert row("mtp1", "decode_cuda_graph").endswith("pass->pass")
+    assert row("mtp3-full", "prefill_cuda_graph").endswith("pass->error BREAKS")
+    assert row("mtp3-full", "single_batch_overlap").endswith("pass->fail BREAKS")
+
+    would_fail = lines.index("Would fail with 0.5.23:")
+    assert lines[would_fail + 1 : would_fail + 3] == [
+        "  qwen36/mtp3-full prefill_cuda_graph: SGLang's validation says: no",
+        "  qwen36/mtp3-full single_batch_overlap: read from y",
+    ]
+    assert "  qwen36/mtp1 new: radix cache is experimental" in lines
+    assert "  qwen36/mtp1 gone: chunked prefill is off" in lines
+    refused = lines.index("Refused by 0.5.23:")
+    assert lines[refused + 1] == "  qwen36/mtp3-full: SGLang's validation says: no"
+    assert lines[-1] == "3 intents change, 2 would fail with 0.5.23, 5 flag changes"
+
+
+def test_render_of_a_quiet_upgrade(deployment: Deployment) -> None:
+    passing = [verdict("mtp1", "decode_cuda_graph", "on", Status.PASS)]
+    warnings = ("chunked prefill is off", "max_total_tokens=5 is small")
+    old = [variant_check(deployment, "mtp1", OLD, passing, warnings=warnings)]
+    new = [variant_check(deployment, "mtp1", NEW, passing, warnings=warnings)]
+    r = upgrade.compare_releases(OLD, NEW, NEW_PARSER, NEW_PARSER, old, new)
+    text = upgrade.render(r)
+    assert "Flags: no flag in use was removed, renamed or deprecated" in text
+    for section in ("Would fail", "SGLang warnings", "Refused by", "BREAKS", "changed"):
+        assert section not in text
+    assert text.endswith("0 intents change, 0 would fail with 0.5.23, 0 flag changes")
+
+
+def test_an_intent_failing_on_both_releases_still_would_fail(deployment: Deployment) -> None:
+    failing = [verdict("mtp1", "prefill_cuda_graph", "off", Status.FAIL, "read from x")]
+    old = [variant_check(deployment, "mtp1", OLD, failing)]
+    new = [variant_check(deployment, "mtp1", NEW, failing)]
+    r = upgrade.compare_releases(OLD, NEW, NEW_PARSER, NEW_PARSER, old, new)
+    assert [c.intent for c in r.breaking] == ["prefill_cuda_graph"] and r.changed == []
+    text = upgrade.render(r)
+    assert "  qwen36/mtp1 prefill_cuda_graph: read from x" in text
+    assert "BREAKS" not in text  # unchanged: not marked as news
+
+
+def test_json_record(deployment: Deployment) -> None:
+    record = json.loads(json.dumps(report(deployment).to_record()))
+    assert (record["from"], record["to"], record["breaking"]) == (OLD, NEW, 2)
+    flags = {f["flag"]: f for f in record["flags"]}
+    assert flags["--mamba-scheduler-strategy"] == {
+        "flag": "--mamba-scheduler-strategy",
+        "change": "renamed",
+        "used_by": ["qwen36/mtp1", "qwen36/mtp3-full"],
+        "replacement": "--mamba-radix-cache-strategy",
+        "source": "sglperf's table",
+        "release_says": None,
+    }
+    assert record["intents"][0] == {
+        "deployment": "qwen36",
+        "variant": "mtp1",
+        "intent": "prefill_cuda_graph",
+        "before": "off",
+        "after": "on",
+        "status_before": "fail",
+        "status_after": "pass",
+        "detail_after": "",
+        "requested": False,
+    }
+    assert record["warnings"] == [
+        {
+            "deployment": "qwen36",
+            "variant": "mtp1",
+            "appeared": ["radix cache is experimental"],
+            "vanished": ["chunked prefill is off"],
+        }
+    ]
+    assert record["errors"] == ["qwen36/mtp3-full: SGLang's validation says: no"]
