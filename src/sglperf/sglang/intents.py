@@ -306,8 +306,9 @@ class VisionWeightsSkipped(_Boolean):
     # then builds no tower. --language-model-only itself is refused outside an architecture allow-list;
     # a model override sets the config key for any architecture. Preflight proves which one works.
     OVERRIDE_FLAG = MODEL_OVERRIDE_FLAG
+    OVERRIDE_FIELD = "json_model_override_args"
     OVERRIDE = {"language_model_only": True}
-    fields = (MODEL_ONLY_FIELD, LANGUAGE_ONLY_FIELD)
+    fields = (MODEL_ONLY_FIELD, LANGUAGE_ONLY_FIELD, OVERRIDE_FIELD)
     log_keywords = ("language-only", "language-model-only", "language_only", "language_model_only", "vision")
     known_flags = {MODEL_ONLY_FLAG: True, LANGUAGE_ONLY_FLAG: True}
     flag_names = (MODEL_ONLY_FLAG, LANGUAGE_ONLY_FLAG)
@@ -361,6 +362,15 @@ class VisionWeightsSkipped(_Boolean):
             )
         return Reading(False, f"{self.MODEL_ONLY_FIELD} = False, {self.LANGUAGE_ONLY_FIELD} = False")
 
+    def _override_asks(self, effective: Mapping[str, Any]) -> bool:
+        """Whether the effective model overrides carry the checkpoint switch (a JSON string field)."""
+        text = effective.get(self.OVERRIDE_FIELD)
+        try:
+            overrides = json.loads(text) if isinstance(text, str) and text else {}
+        except json.JSONDecodeError:
+            return False
+        return isinstance(overrides, dict) and overrides.get("language_model_only") is True
+
     def inert_reason(self, effective: Mapping[str, Any], model: ModelFacts | None) -> str | None:
         flags = [
             f
@@ -370,6 +380,8 @@ class VisionWeightsSkipped(_Boolean):
             )
             if effective.get(field)
         ]
+        if self._override_asks(effective):
+            flags.append(f"{self.OVERRIDE_FLAG} {json.dumps(self.OVERRIDE)}")
         if not flags or model is None or model.vision_tower is None:
             return None
         return (
