@@ -17,15 +17,35 @@ from typing import Any
 import pytest
 
 from sglperf.model.progress import Progress
-from sglperf.plugin.items import DeploymentFile, LiveTierItem
+from sglperf.plugin.items import DeploymentFile
 from sglperf.plugin.keys import LIVE_KEY, PREFLIGHT_KEY, PROGRESS_KEY, SIGTERM_KEY
 from sglperf.plugin.progress import LiveProgress
 from sglperf.plugin.summary import RunSummary
+from sglperf.plugin.user_tests import (
+    MARKER_HELP,
+    assert_baseline,
+    group_by_server,
+    make_variant_scheduler,
+    mark_tiers,
+    server_key,
+    sglang_effective_args,
+    sglang_measure,
+    sglang_server,
+    sglang_variant,
+)
 from sglperf.runtime import gpus, server
 from sglperf.session import LiveOptions, LiveSession, PreflightSession
 from sglperf.sglang import envs
 
 RESULTS_DIR_INPUT = "sglperf_results_dir"
+ATTACH_URL_ENV = "SGLPERF_SGLANG_URL"
+__all__ = [
+    "assert_baseline",
+    "sglang_effective_args",
+    "sglang_measure",
+    "sglang_server",
+    "sglang_variant",
+]
 TIER_MARKERS = {
     "preflight": "SGLang's own argument resolution on the CPU, runner GPUs simulated",
     "live": "a real (or emulated) SGLang server per variant",
@@ -70,6 +90,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default="fail",
         help="what a baseline from another runner profile, GPU model or GPU count does",
     )
+    add(
+        "--sglang-url",
+        metavar="URL",
+        help=f"check and measure a server that is already running (or ${ATTACH_URL_ENV}): nothing is launched or stopped",
+    )
+    add(
+        "--sglang-url-gpus",
+        metavar="COUNTxNAME",
+        help="the attached server's GPUs, e.g. '2xNVIDIA RTX A6000' (SGLang does not report them; needed to record "
+        "baselines)",
+    )
     parser.addini("sglperf_deployments", "folder holding deployment files", default="deployments")
 
 
@@ -95,6 +126,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(RunSummary(config), "sglperf-run-summary")
     for name, meaning in TIER_MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {meaning}")
+    config.addinivalue_line("markers", MARKER_HELP)
 
     results_dir = _results_dir(config)
     progress: Progress = LiveProgress(config, results_dir)
@@ -123,6 +155,8 @@ def pytest_configure(config: pytest.Config) -> None:
         baseline_missing=config.getoption("baseline_missing"),
         baseline_mismatch=config.getoption("baseline_mismatch"),
         root=config.rootpath,
+        attach_url=config.getoption("sglang_url") or os.environ.get(ATTACH_URL_ENV) or None,
+        attach_gpus=config.getoption("sglang_url_gpus"),
     )
     config.stash[LIVE_KEY] = LiveSession(options, config.stash[PREFLIGHT_KEY], progress)
     # SIGTERM (CI cancel, xdist shutting a worker down) unwinds like Ctrl-C, so servers are torn down.
@@ -155,13 +189,25 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
     return None
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    mark_tiers(items)
+    items[:] = group_by_server(items)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    if config.getoption("dist") == "loadscope":
+        return make_variant_scheduler(config, log)
+    return None
+
+
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
     """Stop a variant's server once its last item ran here, freeing its GPUs for the next one."""
-    if not isinstance(item, LiveTierItem):
+    key = server_key(item)
+    if key is None or (nextitem is not None and server_key(nextitem) == key):
         return
-    if isinstance(nextitem, LiveTierItem) and nextitem.variant_key == item.variant_key:
-        return
-    item.live().stop()
+    item.config.stash[LIVE_KEY].stop()
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -169,6 +215,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     lines = [f"sglperf results: {live.options.results_dir}"]
     if live.options.emulator:
         lines.append("sglperf live tier: SGLang EMULATOR (test double) - its numbers are not GPU results")
+    if live.options.attach_url:
+        lines.append(f"sglperf live tier: attached to {live.options.attach_url} (nothing launched or stopped)")
     if os.environ.get(gpus.SIMULATED_ENV):
         lines.append(f"sglperf GPUs: simulated ({os.environ[gpus.SIMULATED_ENV]})")
     return lines

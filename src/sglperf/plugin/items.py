@@ -14,6 +14,7 @@ import pytest
 from sglperf import preflight
 from sglperf.measure.samples import MeterError
 from sglperf.model.deployment import Deployment, DeploymentError, Variant, load
+from sglperf.model.measurement import MeasurementRecord
 from sglperf.model.verdict import Status, Verdict
 from sglperf.plugin.keys import LIVE_KEY, PREFLIGHT_KEY
 from sglperf.runtime import server
@@ -191,11 +192,16 @@ class MeasureItem(LiveTierItem):
         self.add_report_section(
             "call", "measurement" + (" (EMULATOR, not GPU results)" if record.emulated else ""), "\n".join(lines)
         )
-        if record.skip_reason:
-            raise _skip(record.skip_reason)
-        if record.problems:
-            context = f" ({'; '.join(record.notes)})" if record.notes else ""
-            raise ItemFailure("\n".join([f"{record.key}{context}:", *(f"  {p}" for p in record.problems)]))
+        judge_measurement(record)
+
+
+def judge_measurement(record: MeasurementRecord) -> None:
+    """Skip or fail like a built-in measurement item: the same messages for users' own workloads."""
+    if record.skip_reason:
+        raise _skip(record.skip_reason)
+    if record.problems:
+        context = f" ({'; '.join(record.notes)})" if record.notes else ""
+        raise ItemFailure("\n".join([f"{record.key}{context}:", *(f"  {p}" for p in record.problems)]))
 
 
 def _append_verdict(config: pytest.Config, verdict: Verdict) -> None:

@@ -39,7 +39,8 @@ SIMULATED_FORMS = (
 MEMORY_TOLERANCE = 0.05
 NVIDIA_SMI_TIMEOUT_S = 15.0
 
-Source = Literal["nvml", "nvidia-smi", "simulated", "none"]
+# "declared": an attached server's GPUs as its operator states them; "unknown": not stated.
+Source = Literal["nvml", "nvidia-smi", "simulated", "none", "declared", "unknown"]
 
 
 @dataclass(frozen=True)

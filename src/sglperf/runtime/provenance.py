@@ -65,7 +65,10 @@ def provenance(
     torch_version, cuda = _torch_versions(sglang_python)
     by_index = {g.index: g for g in inventory.gpus}
     names = tuple(by_index[i].name if i in by_index else "unknown" for i in gpu_indices)
-    driver = "simulated" if inventory.source == "simulated" else _driver_version()
+    if inventory.source in ("simulated", "declared", "unknown"):
+        driver: str = inventory.source  # not this machine's driver: there is none, or the server runs elsewhere
+    else:
+        driver = _driver_version()
     return Provenance(
         sglang_version=facts.version,
         torch_version=torch_version,

@@ -25,6 +25,8 @@ from sglperf.model.resolution import ModelFacts
 from sglperf.model.server_facts import ServerFacts
 from sglperf.model.verdict import Verdict
 from sglperf.runtime import gpus, provenance, server, server_info
+from sglperf.runtime.attach import AttachedServer, AttachError, DeclaredGpus, attached_profile_problems, read_attached
+from sglperf.session.handles import ServerHandle, VariantRef
 from sglperf.session.preflight_session import PreflightSession, deployment_key
 from sglperf.sglang import modelsize
 from sglperf.sglang.flags import LaunchPlan, plan
@@ -47,6 +49,8 @@ class LiveOptions:
     baseline_missing: str = "fail"  # or "skip"
     baseline_mismatch: str = "fail"  # or "skip"
     root: Path = Path(".")
+    attach_url: str | None = None  # a running server to check instead of launching one
+    attach_gpus: str | None = None  # the attached server's GPUs as its operator declares them (COUNTxNAME)
 
 
 class LiveSkip(Exception):
@@ -58,7 +62,7 @@ class RunningVariant:
     deployment: Deployment
     variant: Variant
     plan: LaunchPlan
-    server: server.Server
+    server: server.Server | AttachedServer
     lease: gpus.Lease | None
     facts: ServerFacts
     inventory: gpus.Inventory
@@ -79,6 +83,8 @@ class LiveSession:
         self.current: RunningVariant | None = None
         self._failures: dict[tuple[str, str], str] = {}
         self._allocator: gpus.GpuAllocator | None = None
+        self.launches = 0  # servers this session started (attached ones are not)
+        self._attached_to: tuple[str, str] | None = None
 
     def _inventory(self, deployment: Deployment) -> gpus.Inventory:
         if self.options.emulator and not os.environ.get(gpus.SIMULATED_ENV):
@@ -89,6 +95,8 @@ class LiveSession:
         return gpus.visible_gpus()
 
     def skip_reason(self, deployment: Deployment) -> str | None:
+        if self.options.attach_url:
+            return None  # the attached server's identity is checked when it is first asked for
         inventory = self._inventory(deployment)
         if not inventory.gpus:
             return (
@@ -109,12 +117,16 @@ class LiveSession:
             raise server.ServerStartError(self._failures[key])
         if self.current is not None and self.current.key == key:
             return self.current
+        if self.options.attach_url:
+            self.current = self._attach(deployment, variant)
+            return self.current
         self.stop()
         reason = self.skip_reason(deployment)
         if reason:
             raise LiveSkip(reason)
         try:
             self.current = self._start(deployment, variant)
+            self.launches += 1
         except (server.ServerStartError, server_info.LiveError, TimeoutError) as exc:
             self._failures[key] = str(exc)
             raise server.ServerStartError(str(exc)) from None
@@ -162,6 +174,40 @@ class LiveSession:
             lease.release()
             raise
         return RunningVariant(deployment, variant, launch, running_server, lease, facts, gpus.visible_gpus())
+
+    def _attach(self, deployment: Deployment, variant: Variant) -> RunningVariant:
+        """The one attached server, claimed by the first variant asked for; never launched or stopped."""
+        url = str(self.options.attach_url)
+        key = (deployment_key(deployment), variant.id)
+        if self._attached_to is not None and self._attached_to != key:
+            claimed = f"{Path(self._attached_to[0]).stem}-{self._attached_to[1]}"
+            raise server.ServerStartError(
+                f"--sglang-url {url} serves one variant and it is {claimed}: select one variant per attached "
+                f"run (e.g. -k {deployment.key}-{variant.id})"
+            )
+        api_key = self.options.api_key or os.environ.get(API_KEY_ENV)
+        try:
+            facts = read_attached(url, api_key)
+            gpus_declared = DeclaredGpus.parse(self.options.attach_gpus) if self.options.attach_gpus else None
+        except AttachError as exc:
+            self._failures[key] = str(exc)
+            raise server.ServerStartError(str(exc)) from None
+        problems = attached_profile_problems(facts, deployment, gpus_declared)
+        if problems and not self.options.ignore_runner_mismatch:
+            raise LiveSkip(
+                f"the server at {url} is not runner profile {deployment.runner.name!r}: {'; '.join(problems)} "
+                "(pass --ignore-runner-mismatch to check it anyway)"
+            )
+        self._attached_to = key
+        release = self.preflight.resolver(deployment).release()
+        launch = plan(deployment, variant, release.parser, self._model_path(deployment), deployment.architectures)
+        inventory = gpus.Inventory(
+            tuple(gpus.GPU(i, gpus_declared.name, 0.0) for i in range(gpus_declared.count)) if gpus_declared else (),
+            "declared" if gpus_declared else "unknown",
+        )
+        self.progress(f"{deployment.key}-{variant.id}: attached to {url} (SGLang {facts.version}; not started here)")
+        attached = AttachedServer(url, api_key, f"{deployment.key}-{variant.id}")
+        return RunningVariant(deployment, variant, launch, attached, None, facts, inventory)
 
     def _gpu_lock_dir(self) -> Path | None:
         """Real GPUs are locked machine-wide. Emulated runs lock their simulated GPUs inside their own
@@ -214,6 +260,24 @@ class LiveSession:
             )
         return running.verdicts
 
+    def handle(self, deployment: Deployment, variant: Variant) -> ServerHandle:
+        """The variant's server for users' own tests (the same one the built-in items use)."""
+        running = self.running(deployment, variant)
+        attached = isinstance(running.server, AttachedServer)
+        return ServerHandle(
+            ref=VariantRef(deployment.path, deployment.key, variant.id),
+            url=running.server.base_url,
+            api_key=running.server.spec.api_key,
+            argv=() if attached else running.plan.argv,
+            log_path=None if attached else running.server.spec.log_path,
+            sglang_version=running.facts.version,
+            effective_args=running.facts.effective,
+            evidence=tuple(self.verdicts(deployment, variant)),
+            emulated=running.facts.emulated,
+            attached=attached,
+            headers=running.server.headers,
+        )
+
     def _predicted_model(self, deployment: Deployment, variant: Variant) -> ModelFacts | None:
         resolution = self.preflight.check(deployment, variant.id).resolution
         return resolution.model if resolution else None
@@ -247,13 +311,17 @@ class LiveSession:
             chunk_timeout_s=workload.stall_timeout_s,
         )
         samples = regression.round_samples(result)
+        attached = isinstance(running.server, AttachedServer)
         prov = provenance.provenance(
             runner=deployment.runner.name,
             facts=running.facts,
-            sglang_python=self.preflight.resolver(deployment).python,
+            # An attached server's torch is on its own machine: not this interpreter's.
+            sglang_python="" if attached else self.preflight.resolver(deployment).python,
             inventory=running.inventory,
-            gpu_indices=running.lease.indices if running.lease else (),
-            launch_command=" ".join(running.server.command),
+            gpu_indices=running.lease.indices if running.lease else running.inventory.indices,
+            launch_command=str(running.facts.effective.get("launch_command", ""))
+            if attached
+            else " ".join(running.server.command),
             argv=running.plan.argv,
             root=self.options.root,
         )
@@ -309,6 +377,14 @@ class LiveSession:
     ) -> regression.BaselineVerdict:
         """--update-baselines: only from a variant whose effective args were right."""
         verdict = regression.BaselineVerdict(status=BaselineStatus.RECORDED)
+        running = self.current
+        if running is not None and running.inventory.source == "unknown":
+            verdict.status = BaselineStatus.REFUSED
+            verdict.problems.append(
+                f"refusing to record a baseline from the attached server {running.server.base_url}: its identity is "
+                "incomplete (SGLang does not report GPU names); declare them with --sglang-url-gpus COUNTxNAME"
+            )
+            return verdict
         checked = [*self.verdicts(deployment, variant), *self.preflight.check(deployment, variant.id).verdicts]
         bad = [v for v in checked if v.status.failed]
         if bad:
@@ -330,8 +406,8 @@ class LiveSession:
 
     def stop(self) -> None:
         running, self.current = self.current, None
-        if running is None:
-            return
+        if running is None or isinstance(running.server, AttachedServer):
+            return  # an attached server is never stopped
         report = running.server.stop()
         self.progress(
             f"{running.server.spec.name}: stopped {len(report.pids)} processes in {report.seconds:.1f} s"

@@ -8,6 +8,7 @@ from sglperf import preflight
 from sglperf.model.deployment import Deployment
 from sglperf.model.progress import Progress, silent
 from sglperf.model.verdict import Verdict
+from sglperf.session.handles import EffectiveArgsView, VariantRef
 from sglperf.sglang import envs
 
 
@@ -50,6 +51,23 @@ class PreflightSession:
 
     def verdict(self, deployment: Deployment, variant_id: str, intent: str) -> Verdict:
         return next(v for v in self.check(deployment, variant_id).verdicts if v.intent == intent)
+
+    def effective_view(self, deployment: Deployment, variant_id: str) -> EffectiveArgsView:
+        """The variant's effective args as SGLang's own resolution decides them (no GPU needed)."""
+        check = self.check(deployment, variant_id)
+        resolution = check.resolution
+        if resolution is None or resolution.effective is None:
+            why = resolution.error.message if resolution and resolution.error else "it could not be spelled"
+            raise preflight.PreflightError(
+                f"{deployment.key}-{variant_id}: SGLang {self.resolver(deployment).version} refused the variant: {why}"
+            )
+        return EffectiveArgsView(
+            ref=VariantRef(deployment.path, deployment.key, variant_id),
+            tier="preflight",
+            sglang_version=self.resolver(deployment).version,
+            fields=resolution.effective,
+            model=resolution.model,
+        )
 
     def close(self) -> None:
         for resolver in self._resolvers.values():
