@@ -12,6 +12,7 @@ from typing import Any
 
 from sglperf.model.resolution import ModelFacts
 from sglperf.model.verdict import Verdict
+from sglperf.sglang.intents import INTENTS
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,11 @@ class EffectiveArgsView:
     sglang_version: str
     fields: Mapping[str, Any]
     model: ModelFacts | None = None  # preflight only, where the model class could be built
+
+    def intent(self, name: str) -> Any:
+        """An intent's effective value, read the way the built-in items read it on every release
+        (e.g. `args.intent("prefill_cuda_graph")` is True or False whatever the field is called)."""
+        return INTENTS[name].read(self.fields, self.model).value
 
     def __getitem__(self, path: str) -> Any:
         """A field by its dotted path, e.g. `args["cuda_graph_config.prefill.backend"]`."""

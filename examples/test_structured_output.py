@@ -1,0 +1,35 @@
+"""A JSON-schema response still validates after an upgrade (grammar-constrained decoding)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from sglperf.session.handles import ServerHandle
+
+DEPLOYMENT = os.environ.get("SGLPERF_EXAMPLE_DEPLOYMENT", "qwen36")
+SCHEMA = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}, "population": {"type": "integer"}},
+    "required": ["city", "population"],
+    "additionalProperties": False,
+}
+
+
+@pytest.mark.sglang(DEPLOYMENT)
+def test_json_schema_response_validates(sglang_server: ServerHandle) -> None:
+    if sglang_server.emulated:
+        pytest.skip("the emulator has no grammar backend: run against SGLang (CPU or GPU)")
+    client = sglang_server.openai_client()
+    reply = client.chat.completions.create(
+        model="default",
+        messages=[{"role": "user", "content": "Name a large city and its population as JSON."}],
+        response_format={"type": "json_schema", "json_schema": {"name": "city", "schema": SCHEMA}},
+        max_tokens=64,
+        temperature=0,
+    )
+    data = json.loads(reply.choices[0].message.content or "")
+    assert set(data) == {"city", "population"}
+    assert isinstance(data["city"], str) and isinstance(data["population"], int)
