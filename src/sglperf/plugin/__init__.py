@@ -27,6 +27,7 @@ from sglperf.plugin.user_tests import (
     group_by_server,
     make_variant_scheduler,
     mark_tiers,
+    pytest_generate_tests,
     server_key,
     sglang_effective_args,
     sglang_measure,
@@ -41,6 +42,7 @@ RESULTS_DIR_INPUT = "sglperf_results_dir"
 ATTACH_URL_ENV = "SGLPERF_SGLANG_URL"
 __all__ = [
     "assert_baseline",
+    "pytest_generate_tests",
     "sglang_effective_args",
     "sglang_measure",
     "sglang_server",
@@ -189,7 +191,7 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
     return None
 
 
-@pytest.hookimpl(trylast=True)
+@pytest.hookimpl(tryfirst=True)  # before -m deselects: users' tests get their tier markers here
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     mark_tiers(items)
     items[:] = group_by_server(items)

@@ -169,7 +169,9 @@ def group_by_server(items: list[pytest.Item]) -> list[pytest.Item]:
 def mark_tiers(items: list[pytest.Item]) -> None:
     for item in items:
         if server_key(item) is not None and not isinstance(item, LiveTierItem):
-            item.add_marker(pytest.mark.measure if "sglang_measure" in getattr(item, "fixturenames", ()) else pytest.mark.live)
+            item.add_marker(
+                pytest.mark.measure if "sglang_measure" in getattr(item, "fixturenames", ()) else pytest.mark.live
+            )
         elif "sglang_effective_args" in getattr(item, "fixturenames", ()) and not isinstance(item, LiveTierItem):
             item.add_marker(pytest.mark.preflight)
 
