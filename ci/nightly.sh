@@ -7,7 +7,8 @@
 #   SGLANG_VERSION  use sglperf's managed environment instead (CPU-side resolution only: with --emulator)
 #   RESULTS_DIR     default results/nightly-<UTC time>
 # Arguments: extra pytest arguments, e.g. `-k qwen36`, or `--emulator` for a dry run without GPUs.
-# Exit status: non-zero if preflight or the live suite failed (the report is written either way).
+# Exit status: non-zero if preflight or the live suite failed, or the report could not be written (it is
+# attempted either way).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 RESULTS_DIR=${RESULTS_DIR:-results/nightly-$(date -u +%Y%m%dT%H%M%SZ)}
@@ -33,9 +34,18 @@ echo "== live checks and measurements"
 live_status=$?
 
 echo "== report"
-.venv/bin/sglperf report "$RESULTS_DIR" >/dev/null
-if [ -n "${GITHUB_STEP_SUMMARY:-}" ]; then
-  cat "$RESULTS_DIR/report.md" >> "$GITHUB_STEP_SUMMARY"
+# `sglperf report` prints the path it wrote; an earlier run's report.md in a reused folder is not this one.
+if report=$(.venv/bin/sglperf report "$RESULTS_DIR") && [ -n "$report" ] && [ -f "$report" ]; then
+  report_status=0
+  if [ -n "${GITHUB_STEP_SUMMARY:-}" ]; then
+    cat "$report" >> "$GITHUB_STEP_SUMMARY"
+  fi
+  echo "report: $report"
+else
+  report_status=1
+  echo "report: FAILED, no report written for $RESULTS_DIR (see the error above)" >&2
+  if [ -n "${GITHUB_STEP_SUMMARY:-}" ]; then
+    echo "sglperf: the report for $RESULTS_DIR could not be written; see the job log" >> "$GITHUB_STEP_SUMMARY"
+  fi
 fi
-echo "report: $RESULTS_DIR/report.md"
-[ "$preflight_status" -eq 0 ] && [ "$live_status" -eq 0 ]
+[ "$preflight_status" -eq 0 ] && [ "$live_status" -eq 0 ] && [ "$report_status" -eq 0 ]

@@ -14,15 +14,15 @@ from sglperf.model.measurement import Provenance
 
 
 def _prov(**kw: object) -> Provenance:
-    base = dict(
-        sglang_version="0.5.23",
-        runner="2xA6000",
-        date="2026-11-29T00:00:00+00:00",
-        effective_args_digest="abc",
-        launch_command="python -m sglang.launch_server",
-        gpu_count=2,
-        gpu_names=("NVIDIA RTX A6000", "NVIDIA RTX A6000"),
-    )
+    base: dict[str, object] = {
+        "sglang_version": "0.5.23",
+        "runner": "2xA6000",
+        "date": "2026-11-29T00:00:00+00:00",
+        "effective_args_digest": "abc",
+        "launch_command": "python -m sglang.launch_server",
+        "gpu_count": 2,
+        "gpu_names": ("NVIDIA RTX A6000", "NVIDIA RTX A6000"),
+    }
     return Provenance(**{**base, **kw})
 
 

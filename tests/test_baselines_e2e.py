@@ -71,7 +71,8 @@ def test_record_then_unchanged_slower_lower_acceptance_faster(suite) -> None:
     missing.assert_outcomes(failed=1)
     missing.stdout.fnmatch_lines(
         [
-            "*no baseline for decode-chat@c1*record it with: pytest -k qwen36-mtp3-prefill-graph-decode-chat-c1 --update-baselines --emulator*"
+            "*no baseline for decode-chat@c1*record it with: "
+            "pytest -k qwen36-mtp3-prefill-graph-decode-chat-c1 --update-baselines --emulator*"
         ]
     )
 

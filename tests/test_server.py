@@ -77,7 +77,8 @@ def test_teardown_escalates_to_sigkill_for_a_process_ignoring_sigterm(tmp_path: 
         textwrap.dedent("""
         import signal, subprocess, sys, time
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        child = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"])
+        ignore = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
+        child = subprocess.Popen([sys.executable, "-c", ignore])
         time.sleep(600)
     """)
     )

@@ -62,7 +62,8 @@ def _check_all(
     checks: list[preflight.VariantCheck] = []
     version, parser = "", None
     for deployment in deployments:
-        resolver = preflight.Resolver(python, deployment.runner, progress=_say)
+        runner_python = envs.python_for_runner(python, deployment.runner.device, _say)  # CPU runner: its env
+        resolver = preflight.Resolver(runner_python, deployment.runner, progress=_say)
         try:
             release = resolver.release()
             version, parser = release.version, release.parser
@@ -147,13 +148,16 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_env(args: argparse.Namespace) -> int:
     if args.action == "build":
         for version in args.versions:
-            env = envs.ensure_env(version, _say)
+            # --cpu: the release's CPU-side install plus SGLang's CPU kernel, to serve on this CPU
+            env = envs.ensure_cpu_env(version, _say) if args.cpu else envs.ensure_env(version, _say)
             print(env.python)
     elif args.action == "path":
         for version in args.versions:
-            env = envs.env_for(version)
-            if not env.ready:
-                _say(f"SGLang {version} environment is not built; run `sglperf env build {version}`")
+            env = envs.cpu_env_for(version) if args.cpu else envs.env_for(version)
+            ready = envs.cpu_env_ready(env) if args.cpu else env.ready
+            if not ready:
+                cpu = " --cpu" if args.cpu else ""
+                _say(f"SGLang {version}{cpu} environment is not built; run `sglperf env build {version}{cpu}`")
                 return 1
             print(env.python)
     else:
@@ -199,6 +203,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("env", help="managed per-release SGLang environments for CPU-side resolution")
     p.add_argument("action", choices=["build", "path", "list"])
     p.add_argument("versions", nargs="*")
+    p.add_argument(
+        "--cpu",
+        action="store_true",
+        help="the environment that serves on this CPU (SGLang's CPU kernel; needs AVX-512 and AMX)",
+    )
     p.set_defaults(func=cmd_env)
     return parser
 

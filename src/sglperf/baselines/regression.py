@@ -1,7 +1,9 @@
 """One measurement against its baseline: per-round samples, the comparison, or a new baseline record.
 
-A sample is one round over the workload's prompt set (the mean over that round's requests), so each
-sample carries the same prompt mix as the baseline's; rounds are what repeat independently.
+A sample is one round over the workload's prompt set (the mean over that round's requests, or the
+round's own throughput for the per-round metrics), so each sample carries the same prompt mix as
+the baseline's; rounds are what repeat independently. A run stopped by a sequential plan is judged
+at the plan's level (`sglperf.baselines.sequential`), every metric.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from pathlib import Path
 import numpy as np
 
 from sglperf.baselines import stats, store
-from sglperf.measure.samples import RequestSample, WorkloadResult, metric_values
+from sglperf.baselines.sequential import SequentialPlan
+from sglperf.measure.samples import RequestSample, WorkloadResult, metric_values, round_metric_values
 from sglperf.model.measurement import BaselineStatus, MetricComparison, Provenance
 from sglperf.model.metrics import METRICS
 
@@ -23,12 +26,16 @@ DUMMY_NOTE = "--load-format dummy (random weights): acceptance is meaningless an
 
 
 def round_samples(result: WorkloadResult) -> dict[str, list[float]]:
-    """Per metric, one value per round: the mean over that round's requests."""
+    """Per metric, one value per round: the mean over that round's requests, or the round's throughput."""
     by_round: dict[int, list[RequestSample]] = {}
     for sample in result.samples:
         by_round.setdefault(sample.repeat, []).append(sample)
     out: dict[str, list[float]] = {}
     for metric in METRICS:
+        if METRICS[metric].per_round:
+            if per_round := round_metric_values(result.rounds, result.concurrency, metric):
+                out[metric] = list(per_round)
+            continue
         values = []
         for _, samples in sorted(by_round.items()):
             xs = metric_values(samples, metric)
@@ -68,15 +75,22 @@ def compare_entry(
     current: Mapping[str, Sequence[float]],
     thresholds: Mapping[str, float],
     skip: Sequence[str] = (),
+    plan: SequentialPlan | None = None,
 ) -> list[stats.Comparison]:
-    """Every metric both sides have, with the deployment's thresholds over the defaults."""
+    """Every metric both sides have, with the deployment's thresholds over the defaults.
+
+    A metric on one side only (a baseline older than the metric, a metric absent at concurrency 1)
+    is not compared. With ``plan`` (the run was stopped sequentially) each is judged at its level.
+    """
     results = []
     for metric in sorted(set(entry.samples) & set(current)):
         if metric in skip or metric not in METRICS or not current[metric]:
             continue
-        results.append(
-            stats.compare_samples(metric, entry.samples[metric], current[metric], threshold=thresholds.get(metric))
-        )
+        threshold = thresholds.get(metric)
+        if plan is not None:
+            results.append(plan.judge(metric, entry.samples[metric], current[metric], threshold=threshold))
+        else:
+            results.append(stats.compare_samples(metric, entry.samples[metric], current[metric], threshold=threshold))
     return results
 
 
@@ -89,20 +103,19 @@ def compare_to_baseline(
     missing: str,
     mismatch: str,
     record_command: str,
+    plan: SequentialPlan | None = None,
 ) -> BaselineVerdict:
-    """The comparison against the stored baseline (or why there is none)."""
+    """The comparison against the stored baseline (or why there is none); ``plan``: see compare_entry."""
     verdict = BaselineVerdict()
     try:
         stored = store.load(path)
+    except store.BaselineMissing:
+        verdict.not_compared(
+            BaselineStatus.MISSING, f"no baseline for {entry.key} at {path}; record it with: {record_command}", missing
+        )
+        return verdict
     except store.BaselineError as exc:
-        if "no baseline" in str(exc):
-            verdict.not_compared(
-                BaselineStatus.MISSING,
-                f"no baseline for {entry.key} at {path}; record it with: {record_command}",
-                missing,
-            )
-        else:
-            verdict.not_compared(BaselineStatus.UNREADABLE, str(exc), "fail")
+        verdict.not_compared(BaselineStatus.UNREADABLE, str(exc), "fail")
         return verdict
     stored_entry = stored.entries.get(entry.key)
     if stored_entry is None:
@@ -121,9 +134,30 @@ def compare_to_baseline(
     skip = WEIGHT_DEPENDENT if prov.dummy_weights or stored.provenance.dummy_weights else ()
     if stored.provenance.dummy_weights and not prov.dummy_weights:
         verdict.notes.append("the baseline was recorded with dummy weights: acceptance not compared")
-    verdict.comparisons = compare_entry(stored_entry, entry.samples, thresholds, skip)
+    try:
+        verdict.comparisons = compare_entry(stored_entry, entry.samples, thresholds, skip, plan)
+    except ValueError as exc:  # samples the statistics cannot use; store.load refuses such baselines
+        verdict.not_compared(BaselineStatus.UNREADABLE, f"{path} {entry.key}: {exc}", "fail")
+        return verdict
     verdict.problems += [c.message() for c in verdict.regressions]
     return verdict
+
+
+def comparable_entry(path: Path, prov: Provenance, key: str) -> tuple[store.Entry | None, tuple[str, ...], str]:
+    """What a sequential plan may test against before measuring: (stored entry, metrics to skip, why
+    there is none). The entry is None when the comparison would not happen (missing, mismatch, ...)."""
+    try:
+        stored = store.load(path)
+    except store.BaselineError as exc:
+        return None, (), f"no usable baseline ({exc.problem})"
+    entry = stored.entries.get(key)
+    if entry is None:
+        return None, (), f"the baseline has no entry {key}"
+    identity = store.identity_problems(stored, prov)
+    if identity:
+        return None, (), f"the baseline is not comparable ({'; '.join(identity)})"
+    skip = WEIGHT_DEPENDENT if prov.dummy_weights or stored.provenance.dummy_weights else ()
+    return entry, skip, ""
 
 
 def comparison_record(c: stats.Comparison) -> MetricComparison:

@@ -26,6 +26,20 @@ SIGNIFICANT_DIGITS = 6
 class BaselineError(ValueError):
     """A baseline file that cannot be used; the message names the file and what to do."""
 
+    def __init__(self, message: str, problem: str = ""):
+        super().__init__(message)
+        self.problem = problem or message  # what is wrong, without the file name and the advice
+
+
+def _error(
+    path: Path, problem: str, fix: str = "restore it from git or re-record it with --update-baselines"
+) -> BaselineError:
+    return BaselineError(f"{path}: {problem}" + (f"; {fix}" if fix else ""), problem)
+
+
+class BaselineMissing(BaselineError):
+    """There is no baseline file (the one case --update-baselines may write a file from scratch)."""
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -68,28 +82,32 @@ def _round(value: float) -> float:
     return float(f"{value:.{SIGNIFICANT_DIGITS}g}")
 
 
-def make_entry(
-    workload: str, concurrency: int, prompt_digest: str, output_len: int, samples: Mapping[str, Sequence[float]]
-) -> Entry:
+def summarize(samples: Mapping[str, Sequence[float]]) -> dict[str, SampleSummary]:
+    """Median, p10 and p90 per metric: derived from the samples, never stored on its own."""
     import numpy as np
 
-    rounded = {m: tuple(_round(float(x)) for x in xs) for m, xs in samples.items() if xs}
-    summary = {
+    return {
         m: SampleSummary(
             n=len(xs),
             median=_round(float(np.median(xs))),
             p10=_round(float(np.percentile(xs, 10))),
             p90=_round(float(np.percentile(xs, 90))),
         )
-        for m, xs in rounded.items()
+        for m, xs in samples.items()
     }
+
+
+def make_entry(
+    workload: str, concurrency: int, prompt_digest: str, output_len: int, samples: Mapping[str, Sequence[float]]
+) -> Entry:
+    rounded = {m: tuple(_round(float(x)) for x in xs) for m, xs in samples.items() if xs}
     return Entry(
         workload=workload,
         concurrency=concurrency,
         prompt_digest=prompt_digest,
         output_len=output_len,
         samples=rounded,
-        summary=summary,
+        summary=summarize(rounded),
     )
 
 
@@ -97,26 +115,71 @@ def dumps(baseline: Baseline) -> str:
     return json.dumps(baseline.model_dump(mode="json"), sort_keys=True, indent=2) + "\n"
 
 
+def _reject_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a number a baseline can hold")
+
+
 def load(path: Path) -> Baseline:
+    """Read and check one baseline file; every problem is a BaselineError naming the file."""
     try:
-        raw = json.loads(path.read_text())
+        data = path.read_bytes()
     except FileNotFoundError:
-        raise BaselineError(f"{path}: no baseline") from None
-    except json.JSONDecodeError as exc:
-        raise BaselineError(
-            f"{path}: not valid JSON ({exc}); restore it from git or re-record it with --update-baselines"
-        ) from None
+        raise BaselineMissing(f"{path}: no baseline", "no baseline") from None
+    except IsADirectoryError:
+        raise _error(path, "is a directory", "give a baseline file (<runner>/<deployment>/<variant>.json)") from None
+    except OSError as exc:
+        raise _error(path, f"cannot read it: {exc.strerror or exc}", "") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _error(path, f"not UTF-8 text (byte {data[exc.start]:#04x} at offset {exc.start})") from None
+    try:
+        raw = json.loads(text, parse_constant=_reject_constant)
+    except (json.JSONDecodeError, ValueError, RecursionError) as exc:
+        raise _error(path, f"not valid JSON ({exc or 'nested too deeply'})") from None
     version = raw.get("schema_version") if isinstance(raw, dict) else None
     if version != SCHEMA_VERSION:
-        raise BaselineError(
-            f"{path}: schema_version {version!r} is not one this sglperf reads ({SCHEMA_VERSION}); "
-            "re-record it with --update-baselines, or use the sglperf version that wrote it"
+        raise _error(
+            path,
+            f"schema_version {version!r} is not one this sglperf reads ({SCHEMA_VERSION})",
+            "re-record it with --update-baselines, or use the sglperf version that wrote it",
         )
     try:
-        return Baseline.model_validate(raw)
+        baseline = Baseline.model_validate(raw)
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors(include_url=False))
-        raise BaselineError(f"{path}: invalid baseline file: {problems}") from None
+        raise _error(path, f"invalid baseline file: {problems}") from None
+    return _checked(path, baseline)
+
+
+def _checked(path: Path, baseline: Baseline) -> Baseline:
+    """Samples usable by the statistics, and summaries recomputed from them.
+
+    The samples are the baseline: the regression verdict compares samples, and the summary is
+    written next to them only for people reading the file. So a summary that disagrees with its
+    samples (a hand edit, a bad merge) is replaced by the one the samples give rather than refused:
+    `baseline show`/`diff` then print what the verdict will use, and a baseline whose data are
+    fine is not thrown away (re-recording costs GPU hours) over a derived field. What cannot be
+    recomputed is refused: a metric with no samples (in the summary only, or an empty list) and
+    samples the statistics cannot use (not finite, or not positive).
+    """
+    entries = {}
+    for key, entry in baseline.entries.items():
+        summary_only = sorted(set(entry.summary) - set(entry.samples))
+        if summary_only:
+            raise _error(path, f"entries.{key}: metric {summary_only[0]} has a summary but no samples")
+        for metric, xs in sorted(entry.samples.items()):
+            if not xs:
+                raise _error(path, f"entries.{key}: metric {metric} has no samples")
+            bad = [x for x in xs if not (math.isfinite(x) and x > 0)]
+            if bad:
+                raise _error(
+                    path,
+                    f"entries.{key}: metric {metric} has samples that are not finite positive numbers "
+                    f"({', '.join(map(repr, bad[:3]))})",
+                )
+        entries[key] = entry.model_copy(update={"summary": summarize(entry.samples)})
+    return baseline.model_copy(update={"entries": entries})
 
 
 def write_atomic(path: Path, baseline: Baseline) -> None:
@@ -130,11 +193,18 @@ def record(
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path) + ".lock"):
         old: Baseline | None = None
-        if path.exists():
-            try:
-                old = load(path)
-            except BaselineError:
-                old = None  # an unreadable file is replaced whole by this run's record
+        try:
+            old = load(path)
+        except BaselineMissing:
+            old = None
+        except BaselineError as exc:
+            # Never replace what could not be read: it may hold other workloads' baselines, or be
+            # a newer sglperf's file. A person decides.
+            raise _error(
+                path,
+                f"exists but cannot be read ({exc.problem}), so --update-baselines will not overwrite it",
+                f"restore it from git (git checkout -- {path}) or move it away, then record again",
+            ) from None
         entries = dict(old.entries) if old and old.provenance.runner == provenance.runner else {}
         entries[entry.key] = entry
         new = Baseline(

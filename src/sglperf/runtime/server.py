@@ -105,7 +105,7 @@ class Server:
         env = {**os.environ, **spec.env}
         if cuda_visible_devices is not None:
             env["CUDA_VISIBLE_DEVICES"] = cuda_visible_devices
-        spec.log_path.parent.mkdir(parents=True, exist_ok=True)
+        _start_fresh_log(spec.log_path)
         self._log = open(spec.log_path, "ab")  # noqa: SIM115  # closed in stop()
         self._log.write(
             f"# sglperf: started at {time.time():.3f} CUDA_VISIBLE_DEVICES="
@@ -146,6 +146,7 @@ class Server:
         deadline = self.started_at + self.spec.startup_timeout_s
         last_progress = self.started_at
         paths = list(HEALTH_PATHS)
+        last_answer = "nothing answered yet"
         with httpx.Client(timeout=10.0, headers=self.headers) as client:
             while True:
                 code = self.proc.poll()
@@ -162,14 +163,17 @@ class Server:
                         paths.pop(0)  # releases without /health_generate
                     elif response.status_code == 200:
                         return time.monotonic() - self.started_at
-                except httpx.HTTPError:
-                    pass  # not listening yet
+                    last_answer = f"{paths[0]} last answered {_describe_response(response)}"
+                except httpx.HTTPError as exc:  # not listening yet, or no answer in time
+                    if last_answer.startswith("nothing answered"):
+                        last_answer = f"nothing answered yet ({type(exc).__name__}: {exc})"[:300]
                 now = time.monotonic()
                 if now > deadline:
                     self.stop()
                     raise ServerStartError(
                         f"{self.spec.name}: not healthy within {self.spec.startup_timeout_s:.0f} s "
-                        f"(deployment launch.startup_timeout_s); log {self.spec.log_path} ends with:\n{self.log_tail()}"
+                        f"(deployment launch.startup_timeout_s); {last_answer}; "
+                        f"log {self.spec.log_path} ends with:\n{self.log_tail()}"
                     )
                 if now - last_progress >= PROGRESS_EVERY_S:
                     progress(
@@ -210,6 +214,22 @@ class Server:
         with _LIVE_LOCK:
             _LIVE.discard(self)
         return self._stopped
+
+
+def _describe_response(response: httpx.Response, limit: int = 200) -> str:
+    """`500: {"error": ...}`: the status code and the start of the body, on one line."""
+    body = " ".join(response.text.split())
+    if not body:
+        return f"{response.status_code} (empty body)"
+    return f"{response.status_code}: {body[:limit]}{'...' if len(body) > limit else ''}"
+
+
+def _start_fresh_log(path: Path) -> None:
+    """Each server start writes a log of its own, so "log ends with" is this start's; the previous log
+    (an earlier run in a reused --results-dir) is kept as `<name>.1`, replacing an older `.1`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists():
+        os.replace(path, path.with_name(path.name + ".1"))
 
 
 def _tree(pid: int) -> list[psutil.Process]:

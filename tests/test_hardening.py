@@ -1,0 +1,687 @@
+"""Issue 13: bad input gets one clear line naming the file and what to do, never a traceback, and
+nothing that could not be read is overwritten. Fast: no SGLang environment, no server."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import math
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sglperf import cli
+from sglperf.baselines import regression, store
+from sglperf.model.deployment import DeploymentError, load
+from sglperf.model.measurement import BaselineStatus, Provenance
+from sglperf.runtime import server
+from sglperf.runtime.server import ServerSpec, ServerStartError
+from sglperf.session.live_session import LiveOptions, LiveSession
+
+from .conftest import QWEN36, ROOT, make_project
+
+pytest_plugins = ["pytester"]
+
+NOT_UTF8 = b'description = "caf\xe9"\n'
+
+
+def _prov(**kw: Any) -> Provenance:
+    base: dict[str, Any] = {
+        "sglang_version": "0.5.23",
+        "runner": "2xA6000",
+        "date": "2026-11-29T00:00:00+00:00",
+        "effective_args_digest": "abc",
+        "launch_command": "python -m sglang.launch_server",
+        "gpu_count": 2,
+        "gpu_names": ("NVIDIA RTX A6000", "NVIDIA RTX A6000"),
+    }
+    return Provenance(**{**base, **kw})
+
+
+def _entry(workload: str = "decode-chat", concurrency: int = 1, scale: float = 1.0) -> store.Entry:
+    samples = {
+        "decode_tok_s": [70.0 * scale + i * 0.1 for i in range(12)],
+        "ttft_s": [0.2 + i * 0.001 for i in range(12)],
+    }
+    return store.make_entry(workload, concurrency, "digest", 256, samples)
+
+
+def _baseline_file(path: Path) -> Path:
+    store.record(path, "qwen36", "mtp1", _prov(), _entry(concurrency=1))
+    store.record(path, "qwen36", "mtp1", _prov(), _entry(concurrency=2))
+    return path
+
+
+def _one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("sglperf: "), err
+    assert "Traceback" not in out + err
+    return lines[0]
+
+
+# -- 2: --update-baselines never replaces a file it cannot read ------------------------------------
+
+UNREADABLE = {
+    "truncated": lambda text: text[: len(text) // 2],
+    "schema_version 2": lambda text: text.replace('"schema_version": 1', '"schema_version": 2'),
+    "not UTF-8": lambda text: text.replace("qwen36", "qw\udce9n36"),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(UNREADABLE))
+def test_record_refuses_to_overwrite_an_unreadable_baseline(tmp_path: Path, damage: str) -> None:
+    path = _baseline_file(tmp_path / "mtp1.json")
+    assert sorted(store.load(path).entries) == ["decode-chat@c1", "decode-chat@c2"]
+    path.write_bytes(UNREADABLE[damage](path.read_text()).encode("utf-8", "surrogateescape"))
+    before = path.read_bytes()
+    with pytest.raises(store.BaselineError) as excinfo:
+        store.record(path, "qwen36", "mtp1", _prov(), _entry(concurrency=1, scale=2))
+    message = str(excinfo.value)
+    assert "\n" not in message and str(path) in message
+    assert "will not overwrite it" in message and "restore it from git" in message and "move it away" in message
+    assert path.read_bytes() == before
+
+
+def test_update_baselines_item_fails_with_the_line_and_leaves_the_file(tmp_path: Path) -> None:
+    path = _baseline_file(tmp_path / "mtp1.json")
+    path.write_text(path.read_text()[:100])
+    before = path.read_bytes()
+    deployment = load(QWEN36)
+    session = LiveSession(LiveOptions(update_baselines=True), _NoPreflight(), lambda _m: None)  # type: ignore[arg-type]
+    session.verdicts = lambda _d, _v: []  # type: ignore[method-assign]
+    verdict = session._record(path, deployment, deployment.variant("mtp1"), _prov(), _entry())
+    assert verdict.status == BaselineStatus.UNREADABLE
+    assert len(verdict.problems) == 1 and str(path) in verdict.problems[0] and "move it away" in verdict.problems[0]
+    assert path.read_bytes() == before
+
+
+class _NoPreflight:
+    class _Check:
+        verdicts: list[Any] = []
+
+    def check(self, *_a: object) -> Any:
+        return self._Check()
+
+
+# -- 3: the refresh workflow proposes first baselines, never lock files ------------------------------
+
+
+def _git(cwd: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout
+
+
+@pytest.fixture
+def refresh_step(tmp_path: Path) -> Iterator[tuple[Path, Path, str, dict[str, str]]]:
+    """A clone of a repository with the shipped baselines/, and the workflow's pull-request step."""
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    doc = yaml.safe_load((ROOT / "ci" / "workflows" / "refresh-baselines.yml").read_text())
+    step = next(s for s in doc["jobs"]["refresh"]["steps"] if "pull request" in s.get("name", ""))
+    script = re.sub(r"\$\{\{\s*github\.run_id\s*\}\}", "123", step["run"])
+    origin, work, bin_dir = tmp_path / "origin.git", tmp_path / "work", tmp_path / "bin"
+    _git(tmp_path, "init", "-q", "--bare", str(origin))
+    _git(tmp_path, "clone", "-q", str(origin), str(work))
+    shutil.copytree(ROOT / "baselines", work / "baselines")
+    _git(work, "add", "baselines")
+    _git(work, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
+    _git(work, "push", "-q", "origin", "HEAD")
+    bin_dir.mkdir()
+    gh = bin_dir / "gh"
+    gh.write_text(f'#!/bin/sh\necho "$@" >> {tmp_path / "gh-calls"}\n')
+    gh.chmod(gh.stat().st_mode | stat.S_IEXEC)
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    yield origin, work, script, env
+
+
+def _run_step(work: Path, script: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    # GitHub runs `run:` steps with `bash -e`.
+    return subprocess.run(["bash", "-e", "-c", script], cwd=work, env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_refresh_workflow_proposes_a_first_baseline_without_its_lock_file(
+    refresh_step: tuple[Path, Path, str, dict[str, str]],
+) -> None:
+    origin, work, script, env = refresh_step
+    unchanged = _run_step(work, script, env)
+    assert unchanged.returncode == 0 and "no baseline changed" in unchanged.stdout, unchanged.stderr
+    assert "sglperf/baselines-123" not in _git(origin, "branch")
+
+    new = work / "baselines" / "2xA6000" / "qwen36" / "mtp1.json"
+    store.record(new, "qwen36", "mtp1", _prov(), _entry())  # untracked, plus mtp1.json.lock next to it
+    assert new.with_name("mtp1.json.lock").exists()
+    proposed = _run_step(work, script, env)
+    assert proposed.returncode == 0, proposed.stdout + proposed.stderr
+    files = _git(origin, "ls-tree", "-r", "--name-only", "sglperf/baselines-123").split()
+    assert "baselines/2xA6000/qwen36/mtp1.json" in files
+    assert not [f for f in files if f.endswith(".lock")]
+    assert "pr create" in (work.parent / "gh-calls").read_text()
+
+
+# -- 5: an unknown --variant or deployment path is an error before any interpreter is asked ---------
+
+
+@pytest.fixture
+def no_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
+    def asked(*_a: object, **_k: object) -> None:
+        raise AssertionError("an interpreter was asked before the input was checked")
+
+    monkeypatch.setattr(cli.envs, "choose_python", asked)
+    monkeypatch.setattr(cli.preflight, "Resolver", asked)
+
+
+@pytest.mark.usefixtures("no_interpreter")
+def test_preflight_unknown_variant_lists_the_known_ones(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["preflight", str(QWEN36), "--variant", "mtp1", "--variant", "nosuchvariant"]) == 2
+    line = _one_line_error(capsys)
+    assert "--variant nosuchvariant" in line and str(QWEN36) in line
+    assert "known variants: mtp1, mtp3-defaults, mtp3-full, mtp3-prefill-graph" in line
+
+
+@pytest.mark.usefixtures("no_interpreter")
+@pytest.mark.parametrize("command", [["preflight"], ["upgrade-check", "--to", "0.5.23"]])
+def test_unknown_deployment_path_is_exit_2(
+    command: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main([*command, str(tmp_path / "nope.toml")]) == 2
+    assert "nope.toml: no such deployment file" in _one_line_error(capsys)
+    assert cli.main([*command, str(tmp_path)]) == 2
+    assert "no deployment files found" in _one_line_error(capsys)
+
+
+# -- 8: the nightly says "report: PATH" only when it wrote one ---------------------------------------
+
+
+def _stub(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/usr/bin/env bash\n" + text)
+    path.chmod(0o755)
+
+
+@pytest.mark.parametrize("report_works", [True, False])
+def test_nightly_names_the_report_only_when_written(tmp_path: Path, report_works: bool) -> None:
+    (tmp_path / "ci").mkdir()
+    shutil.copy(ROOT / "ci" / "nightly.sh", tmp_path / "ci" / "nightly.sh")
+    _stub(tmp_path / "ci" / "setup.sh", "exit 0\n")
+    _stub(tmp_path / ".venv" / "bin" / "pytest", "exit 0\n")
+    report = (
+        'if [ "$1" = report ]; then echo "# report" > "$2/report.md"; echo "$2/report.md"; fi\n'
+        if report_works
+        else 'if [ "$1" = report ]; then echo "sglperf: $2: no sglperf results here" >&2; exit 2; fi\n'
+    )
+    _stub(tmp_path / ".venv" / "bin" / "sglperf", report + "exit 0\n")
+    results = tmp_path / "results"
+    results.mkdir()
+    if not report_works:
+        (results / "report.md").write_text("an earlier run's report\n")  # a reused folder
+    summary = tmp_path / "summary.md"
+    env = {**os.environ, "SGLANG_PYTHON": "/bin/true", "RESULTS_DIR": str(results), "GITHUB_STEP_SUMMARY": str(summary)}
+    proc = subprocess.run(["bash", "ci/nightly.sh"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    if report_works:
+        assert proc.returncode == 0, proc.stderr
+        assert f"report: {results}/report.md" in proc.stdout
+        assert summary.read_text() == "# report\n"
+    else:
+        assert proc.returncode != 0
+        assert "report: " not in proc.stdout
+        assert "report: FAILED, no report written" in proc.stderr
+        assert "earlier run" not in summary.read_text() and "could not be written" in summary.read_text()
+
+
+# -- 10: numbers and booleans are not strings --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "field"),
+    [
+        ("tp_size = 2", 'tp_size = "2"', "launch.tp_size"),
+        ("memory_gib = 48", 'memory_gib = "48"', "runner.memory_gib"),
+        (
+            'repeats = 12\n\n[[workloads]]\nid = "decode-code"',
+            'repeats = "12"\n\n[[workloads]]\nid = "decode-code"',
+            "workloads[0].repeats",
+        ),
+        ("concurrency = [1, 8]", 'concurrency = [1, "8"]', "workloads[0].concurrency[1]"),
+        ("output_len = 32", "output_len = 32.0", "workloads[2].output_len"),
+        ("warmup = 1\n", "warmup = 1\nreuse_prefix_cache = 1\n", "workloads[2].reuse_prefix_cache"),
+    ],
+)
+def test_strings_for_numbers_are_errors_naming_file_and_field(
+    tmp_path: Path, old: str, new: str, field: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    make_project(tmp_path)
+    text = QWEN36.read_text()
+    assert old in text
+    path = tmp_path / "deployments" / "qwen36.toml"
+    path.write_text(text.replace(old, new, 1))
+    with pytest.raises(DeploymentError) as excinfo:
+        load(path)
+    message = str(excinfo.value)
+    assert str(path) in message and f"  - {field}: " in message, message
+    if '"' in new:
+        assert "write it without quotes" in message
+
+
+def test_toml_integers_are_still_floats(tmp_path: Path) -> None:
+    make_project(tmp_path)
+    path = tmp_path / "deployments" / "qwen36.toml"
+    path.write_text(QWEN36.read_text().replace("startup_timeout_s = 1800", "startup_timeout_s = 600"))
+    d = load(path)
+    assert d.launch.startup_timeout_s == 600.0 and d.runner.memory_gib == 48.0
+    assert isinstance(d.launch.startup_timeout_s, float)
+
+
+def test_incomplete_variant_speculative_is_a_load_error(tmp_path: Path) -> None:
+    make_project(tmp_path)
+    path = tmp_path / "deployments" / "qwen36.toml"
+    text = QWEN36.read_text()
+    start, end = text.index("[launch.speculative]"), text.index("# Releases before")
+    path.write_text(
+        text[:start]
+        + text[end:].replace(
+            "speculative = { num_steps = 1, num_draft_tokens = 2 }", 'speculative = { algorithm = "NEXTN" }'
+        )
+    )
+    with pytest.raises(
+        DeploymentError,
+        match=r"variants\[0\]\.speculative: merged with \[launch.speculative\] it is incomplete: num_steps",
+    ):
+        load(path)
+
+
+# -- 11: the health wait says what the server last answered -----------------------------------------
+
+
+class _Answers500(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        body = b'{"error": "scheduler not ready", "detail": "' + b"x" * 400 + b'"}'
+        self.send_response(500)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_a: object) -> None:
+        pass
+
+
+def test_health_timeout_says_what_was_last_answered(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(server, "POLL_S", 0.05)
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Answers500)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    true = shutil.which("true") or "/bin/true"
+    s = server.Server(ServerSpec(name="sick", python=true, argv=(), log_path=tmp_path / "s.log", startup_timeout_s=0.5))
+    s.proc.wait()
+    s.proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    s.base_url = f"http://127.0.0.1:{httpd.server_address[1]}"
+    try:
+        with pytest.raises(ServerStartError) as excinfo:
+            s.wait_healthy()
+    finally:
+        s.stop(grace_s=1.0)
+        httpd.shutdown()
+    message = str(excinfo.value)
+    assert "not healthy within 0 s" in message
+    assert '/health_generate last answered 500: {"error": "scheduler not ready", "detail": "xxx' in message
+    assert "x" * 300 not in message  # the start of the body, not all of it
+
+
+# -- 12: baseline summaries come from the samples; a metric without samples is an error --------------
+
+
+def _write_json(path: Path, data: Any) -> Path:
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_show_and_diff_use_the_samples_not_a_contradicting_summary(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "mtp1.json"
+    store.record(path, "qwen36", "mtp1", _prov(), _entry())
+    data = json.loads(path.read_text())
+    data["entries"]["decode-chat@c1"]["summary"]["decode_tok_s"]["median"] = 999.0
+    _write_json(path, data)
+    assert store.load(path).entries["decode-chat@c1"].summary["decode_tok_s"].median == pytest.approx(70.55)
+    assert cli.main(["baseline", "show", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "decode_tok_s 70.55 (n=12)" in out and "999" not in out
+    assert cli.main(["baseline", "diff", str(path), str(path)]) == 0
+    assert "999" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("how", ["empty samples", "summary only"])
+def test_a_metric_without_samples_is_an_error_naming_file_and_metric(
+    tmp_path: Path, how: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "mtp1.json"
+    store.record(path, "qwen36", "mtp1", _prov(), _entry())
+    data = json.loads(path.read_text())
+    entry = data["entries"]["decode-chat@c1"]
+    if how == "empty samples":
+        entry["samples"]["ttft_s"] = []
+    else:
+        del entry["samples"]["ttft_s"]
+    _write_json(path, data)
+    with pytest.raises(store.BaselineError, match=r"entries.decode-chat@c1: metric ttft_s has .*no samples") as excinfo:
+        store.load(path)
+    assert str(path) in str(excinfo.value)
+    assert cli.main(["baseline", "show", str(path)]) == 2
+    assert "metric ttft_s" in _one_line_error(capsys)
+
+
+# -- 13: each server start writes a fresh log, keeping the previous one ------------------------------
+
+
+def test_each_server_start_begins_a_fresh_log_keeping_one_previous(tmp_path: Path) -> None:
+    log = tmp_path / "servers" / "qwen36-mtp1.log"
+    true = shutil.which("true") or "/bin/true"
+    for run in ("first", "second", "third"):
+        s = server.Server(ServerSpec(name="x", python=true, argv=(run,), log_path=log))
+        s.proc.wait()
+        s.stop(grace_s=1.0)
+    assert "third" in log.read_text() and "second" not in log.read_text()
+    previous = log.with_name("qwen36-mtp1.log.1").read_text()
+    assert "second" in previous and "first" not in previous
+    assert sorted(p.name for p in log.parent.iterdir()) == ["qwen36-mtp1.log", "qwen36-mtp1.log.1"]
+
+
+# -- 15: one line and exit 2 (or a quiet exit), never a traceback -----------------------------------
+
+
+class _ClosedPipe:
+    def write(self, _text: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def flush(self) -> None:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def fileno(self) -> int:
+        raise OSError("no file descriptor")
+
+
+def test_broken_pipe_exits_quietly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _baseline_file(tmp_path / "mtp1.json")
+    monkeypatch.setattr(sys, "stdout", _ClosedPipe())
+    assert cli.main(["baseline", "show", str(path)]) == cli.EXIT_BROKEN_PIPE
+    monkeypatch.undo()
+    assert capsys.readouterr().err == ""
+
+
+def test_broken_pipe_in_a_real_pipeline_prints_nothing(tmp_path: Path) -> None:
+    """`sglperf baseline show FILE | head -0`: the reader is gone before sglperf writes."""
+    path = _baseline_file(tmp_path / "mtp1.json")
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    code = "import sys; from sglperf.cli import main; sys.exit(main(sys.argv[1:]))"
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", code, "baseline", "show", str(path)],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        os.close(write_end)
+    assert proc.returncode == cli.EXIT_BROKEN_PIPE and proc.stderr == ""
+
+
+def test_baseline_show_of_a_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["baseline", "show", str(tmp_path)]) == 2
+    line = _one_line_error(capsys)
+    assert f"{tmp_path}: is a directory" in line
+
+
+def test_non_utf8_baseline_names_the_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "mtp1.json"
+    path.write_bytes(b'{"schema_version": 1, "deployment": "caf\xe9"}')
+    with pytest.raises(store.BaselineError, match=r"mtp1.json: not UTF-8 text \(byte 0xe9 at offset 40\)"):
+        store.load(path)
+    assert cli.main(["baseline", "diff", str(path), str(path)]) == 2
+    assert "mtp1.json: not UTF-8 text" in _one_line_error(capsys)
+
+
+def test_nan_baseline_samples_in_the_measure_tier_name_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "mtp1.json"
+    store.record(path, "qwen36", "mtp1", _prov(), _entry())
+    path.write_text(path.read_text().replace("70.1,", "NaN,", 1))
+    verdict = regression.compare_to_baseline(
+        path, _prov(), _entry(), {}, missing="fail", mismatch="fail", record_command="pytest --update-baselines"
+    )
+    assert verdict.status == BaselineStatus.UNREADABLE
+    assert len(verdict.problems) == 1 and str(path) in verdict.problems[0] and "NaN" in verdict.problems[0]
+
+
+def test_nan_reaching_the_statistics_names_the_file(tmp_path: Path) -> None:
+    """Belt and braces: a sample the statistics refuse is reported with the baseline file."""
+    path = tmp_path / "mtp1.json"
+    store.record(path, "qwen36", "mtp1", _prov(), _entry())
+    current = _entry()
+    current = current.model_copy(update={"samples": {**current.samples, "decode_tok_s": (math.nan,) * 12}})
+    verdict = regression.compare_to_baseline(
+        path, _prov(), current, {}, missing="fail", mismatch="fail", record_command="x"
+    )
+    assert verdict.status == BaselineStatus.UNREADABLE and str(path) in verdict.problems[0]
+
+
+def test_non_utf8_deployment_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    make_project(tmp_path)
+    path = tmp_path / "deployments" / "qwen36.toml"
+    path.write_bytes(NOT_UTF8)
+    with pytest.raises(DeploymentError, match=r"qwen36.toml: not UTF-8 text \(byte 0xe9 at offset 18\)"):
+        load(path)
+    assert cli.main(["preflight", str(path)]) == 2
+    assert f"{path}: not UTF-8 text" in _one_line_error(capsys)
+
+
+def test_non_utf8_deployment_file_under_pytest_is_one_collection_error(pytester: pytest.Pytester) -> None:
+    make_project(pytester.path)
+    (pytester.path / "deployments" / "broken.toml").write_bytes(NOT_UTF8)
+    pytester.makeini("[pytest]\ntestpaths = deployments\n")
+    result = pytester.runpytest("-m", "preflight")
+    assert result.ret != 0
+    result.stdout.fnmatch_lines(["*broken.toml: not UTF-8 text (byte 0xe9 at offset 18)"])
+    assert "Traceback" not in result.stdout.str() and "UnicodeDecodeError" not in result.stdout.str()
+
+
+def test_report_of_a_missing_results_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["report", str(tmp_path / "nope" / "run")]) == 2
+    assert "nope/run: no such results folder" in _one_line_error(capsys)
+
+
+# -- fuzz: any bytes in a deployment or baseline file: a value or one error naming the file ----------
+
+FUZZ = settings(
+    max_examples=120,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+DEPLOYMENT_KEYS = [
+    "description", "key", "path", "model", "runner", "launch", "expect", "variants", "workloads", "id", "flags",
+    "request", "speculative", "env", "tp_size", "startup_timeout_s", "gpu_count", "memory_gib", "config",
+    "prompts", "concurrency", "repeats", "thresholds", "prefill_cuda_graph", "sglang", "num_steps", "algorithm",
+]  # fmt: skip
+TOML_SCALARS = st.one_of(
+    st.integers(-5, 10**6).map(str),
+    st.floats(allow_nan=True, allow_infinity=True).map(lambda f: repr(f).replace("inf", "inf").lower()),
+    st.sampled_from(["true", "false", '"2"', '"1800"', '""', '"../models/qwen3.6-27b/config.json"', "nan", "[]", "{}"]),
+    st.text(max_size=12).map(json.dumps),
+)
+TOML_VALUES = st.recursive(
+    TOML_SCALARS,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3).map(lambda xs: "[" + ", ".join(xs) + "]"),
+        st.dictionaries(st.sampled_from(DEPLOYMENT_KEYS), inner, max_size=3).map(
+            lambda d: "{ " + ", ".join(f"{k} = {v}" for k, v in d.items()) + " }"
+        ),
+    ),
+    max_leaves=6,
+)
+TOML_LINES = st.one_of(
+    st.tuples(st.sampled_from(DEPLOYMENT_KEYS), TOML_VALUES).map(lambda kv: f"{kv[0]} = {kv[1]}"),
+    st.sampled_from(["[model]", "[runner]", "[launch]", "[launch.speculative]", "[[launch.when]]", "[expect]"]),
+    st.sampled_from(["[[variants]]", "[[workloads]]", "[variants]", "path = 1", "["]),
+    st.text(max_size=20),
+)
+TOMLISH = st.lists(TOML_LINES, max_size=14).map("\n".join)
+
+
+def _mutate(text: str, data: st.DataObject) -> bytes:
+    raw = text.encode()
+    for _ in range(data.draw(st.integers(1, 3))):
+        op = data.draw(st.sampled_from(["value", "drop line", "truncate", "insert", "byte"]))
+        if op == "value":
+            lines = raw.decode("utf-8", "surrogateescape").splitlines()
+            candidates = [i for i, line in enumerate(lines) if " = " in line]
+            if candidates:
+                i = data.draw(st.sampled_from(candidates))
+                lines[i] = lines[i].split(" = ", 1)[0] + " = " + data.draw(TOML_VALUES)
+            raw = "\n".join(lines).encode("utf-8", "surrogateescape")
+        elif op == "drop line":
+            lines = raw.splitlines()
+            if lines:
+                del lines[data.draw(st.integers(0, len(lines) - 1))]
+            raw = b"\n".join(lines)
+        elif op == "truncate":
+            raw = raw[: data.draw(st.integers(0, len(raw)))]
+        elif op == "insert":
+            at = data.draw(st.integers(0, len(raw)))
+            raw = raw[:at] + data.draw(st.binary(max_size=8)) + raw[at:]
+        elif raw:
+            at = data.draw(st.integers(0, len(raw) - 1))
+            raw = raw[:at] + bytes([data.draw(st.integers(0, 255))]) + raw[at + 1 :]
+    return raw
+
+
+@pytest.fixture(scope="module")
+def fuzz_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_project(tmp_path_factory.mktemp("fuzz"))
+
+
+def _check_deployment_bytes(project: Path, content: bytes) -> None:
+    path = project / "deployments" / "qwen36.toml"
+    path.write_bytes(content)
+    try:
+        deployment = load(path)
+    except DeploymentError as exc:
+        assert str(path) in str(exc)
+        return
+    for variant in deployment.variants:  # what collection does with a loaded file
+        deployment.expectations_for(variant)
+
+
+@FUZZ
+@given(content=st.binary(max_size=400))
+def test_fuzz_deployment_arbitrary_bytes(fuzz_project: Path, content: bytes) -> None:
+    _check_deployment_bytes(fuzz_project, content)
+
+
+@FUZZ
+@given(text=TOMLISH)
+def test_fuzz_deployment_tomlish_text(fuzz_project: Path, text: str) -> None:
+    _check_deployment_bytes(fuzz_project, text.encode("utf-8", "surrogatepass"))
+
+
+@FUZZ
+@given(data=st.data())
+def test_fuzz_deployment_mutated_valid_file(fuzz_project: Path, data: st.DataObject) -> None:
+    _check_deployment_bytes(fuzz_project, _mutate(QWEN36.read_text(), data))
+
+
+JSON_VALUES = st.recursive(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-(10**20), 10**20),
+        st.floats(allow_nan=False, allow_infinity=False),
+        st.text(max_size=10),
+    ),
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=8), inner, max_size=4)),
+    max_leaves=10,
+)
+VALID_BASELINE = store.dumps(
+    store.Baseline(
+        schema_version=1,
+        deployment="qwen36",
+        variant="mtp1",
+        provenance=_prov(),
+        entries={e.key: e for e in (_entry(), _entry("decode-code", 8))},
+    )
+)
+
+
+def _mutate_json(value: Any, data: st.DataObject, depth: int = 0) -> Any:
+    """Replace, drop or keep one node on a random path through the document."""
+    if isinstance(value, dict) and value and depth < 6:
+        key = data.draw(st.sampled_from(sorted(value)))
+        out = dict(value)
+        op = data.draw(st.sampled_from(["descend", "drop", "replace"]))
+        if op == "drop":
+            del out[key]
+        elif op == "replace":
+            out[key] = data.draw(JSON_VALUES | st.sampled_from([[], [float("nan")], "70", -1.0, 0, 2]))
+        else:
+            out[key] = _mutate_json(value[key], data, depth + 1)
+        return out
+    if isinstance(value, list) and value and depth < 6:
+        i = data.draw(st.integers(0, len(value) - 1))
+        return [
+            *value[:i],
+            data.draw(JSON_VALUES | st.sampled_from([float("nan"), float("inf"), 0.0, -3.0])),
+            *value[i + 1 :],
+        ]
+    return data.draw(JSON_VALUES)
+
+
+def _check_baseline_bytes(folder: Path, content: bytes) -> None:
+    path = folder / "mtp1.json"
+    path.write_bytes(content)
+    try:
+        baseline = store.load(path)
+    except store.BaselineError as exc:
+        assert str(path) in str(exc)
+        with pytest.raises(store.BaselineError, match="will not overwrite it"):
+            store.record(path, "qwen36", "mtp1", _prov(), _entry())
+        assert path.read_bytes() == content  # a file that fails to load is never changed
+        return
+    for entry in baseline.entries.values():  # what show and the comparison use
+        assert set(entry.summary) == set(entry.samples)
+        regression.compare_entry(entry, entry.samples, {})
+
+
+@FUZZ
+@given(content=st.binary(max_size=400))
+def test_fuzz_baseline_arbitrary_bytes(tmp_path: Path, content: bytes) -> None:
+    _check_baseline_bytes(tmp_path, content)
+
+
+@FUZZ
+@given(value=JSON_VALUES, versioned=st.booleans())
+def test_fuzz_baseline_jsonish(tmp_path: Path, value: Any, versioned: bool) -> None:
+    if versioned:
+        value = {"schema_version": 1, "entries": value}
+    _check_baseline_bytes(tmp_path, json.dumps(value).encode())
+
+
+@FUZZ
+@given(data=st.data())
+def test_fuzz_baseline_mutated_valid_file(tmp_path: Path, data: st.DataObject) -> None:
+    if data.draw(st.booleans()):
+        content = json.dumps(_mutate_json(json.loads(VALID_BASELINE), data), indent=2).encode()
+    else:
+        content = _mutate(VALID_BASELINE, data)
+    _check_baseline_bytes(tmp_path, content)
