@@ -120,7 +120,8 @@ def _overridden_rule(
         help_text = parser.options[flag].help if flag in parser.options else ""
         if any(w in help_text.lower() for w in CAUTION_WORDS):
             words.append(f"SGLang's help for {flag}: {' '.join(help_text.split())[:200]}")
-    return tuple(words) or (f"without the request SGLang decides {intent.show(default)}",)
+    # No rule and no caution: the request merely turns on what is off by default; nothing to say.
+    return tuple(words)
 
 
 def _added_flags(asked: LaunchPlan | None, intent: Intent) -> list[str]:
