@@ -38,7 +38,9 @@ def test_old_family_disables_prefill_graph_for_multimodal_unless_asked(sglang_py
     asked = verdicts[("mtp3-prefill-graph", "prefill_cuda_graph")]
     assert asked.status == Status.PASS, asked.message()
     assert verdicts[("mtp3-prefill-graph", "speculative")].status == Status.PASS
-    assert verdicts[("mtp3-full", "vision_weights_skipped")].status == Status.UNPROVEN
+    # --language-only (no --language-model-only before 0.5.18): the model class as built still has its tower.
+    vision = verdicts[("mtp3-full", "vision_weights_skipped")]
+    assert vision.status == Status.INERT and "still builds its vision tower" in vision.detail, vision.message()
 
 
 def test_new_family_keeps_prefill_graph_for_qwen35(sglang_python, tmp_path: Path) -> None:
@@ -48,9 +50,12 @@ def test_new_family_keeps_prefill_graph_for_qwen35(sglang_python, tmp_path: Path
         assert v.status == Status.PASS and v.sglang_version == NEW_SGLANG, v.message()
         assert "cuda_graph_config.prefill.backend = 'breakable'" in v.detail
     assert verdicts[("mtp1", "speculative")].actual == "EAGLE steps=1 draft=2 topk=1"
-    assert verdicts[("mtp3-full", "single_batch_overlap")].status == Status.PASS
+    # Set, but the model class as built has no MoE layers: single-batch overlap does nothing here.
+    overlap = verdicts[("mtp3-full", "single_batch_overlap")]
+    assert overlap.status == Status.INERT and "0 modules with routed experts" in overlap.detail, overlap.message()
+    # --language-model-only: the model class as built has no vision tower.
     vision = verdicts[("mtp3-full", "vision_weights_skipped")]
-    assert vision.status == Status.UNPROVEN and vision.ok is None
+    assert vision.status == Status.PASS and "vision tower none" in vision.detail, vision.message()
 
 
 def test_removed_flag_is_an_error_naming_flag_version_and_replacement(sglang_python, deployment_dir: Path) -> None:
@@ -106,4 +111,4 @@ def test_second_run_is_served_from_cache_without_starting_sglang(sglang_python, 
     assert [v.to_record() for c in cold for v in c.verdicts] == [v.to_record() for c in warm for v in c.verdicts]
     # A different runner profile is a different question.
     other = preflight.Resolver(python, d.runner.model_copy(update={"gpu_name": "NVIDIA H100"}), cache_dir=tmp_path)
-    assert other._cached("x") is None and other._key_base != second._key_base
+    assert other._cached_resolution("x", [], {}) is None and other._key_base != second._key_base

@@ -52,7 +52,8 @@ class ModelFacts:
     vision_param_bytes_per_rank: int  # the vision tower's share of it
     draft_architecture: str | None = None  # speculative draft / MTP model class, when one is built
     draft_param_bytes_per_rank: int = 0
-    seconds: float = 0.0
+    seconds: float = 0.0  # construction time in the worker (target and draft; built once per model)
+    draft_error: str | None = None  # "<Type>: <message>" when the target was built but its draft was not
 
 
 @dataclass(frozen=True)

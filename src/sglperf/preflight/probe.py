@@ -6,7 +6,12 @@ argv lists to? Standard library only, because it runs in SGLang's environment, n
 
 Protocol (JSON lines): the first stdin line is ``{"profile": {...}}``, answered by a description
 of the release (version, parser options) or an error; every further line is a job
-``{"id", "argv", "env"}``, answered by its resolution. EOF ends the worker.
+``{"id", "argv", "env", "build_model"}``, answered by its resolution and, when ``build_model`` is set
+and SGLang accepted the argv, by what SGLang's model class builds for it on torch's meta device
+(``"model"``, or ``"model_error"`` when construction is impossible here). EOF ends the worker.
+
+Every job starts from the state the worker had right after importing SGLang (environment, SGLang's
+process-global records, its warn-once memories), so a variant says the same alone or after others.
 """
 
 from __future__ import annotations
@@ -23,11 +28,13 @@ import linecache
 import logging
 import math
 import os
+import re
 import stat
 import sys
 import tempfile
 import time
 import traceback
+import warnings
 from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
@@ -166,6 +173,88 @@ def _jsonable(value: Any, depth: int = 0) -> Any:
     return repr(value)
 
 
+# Colour and cursor codes that SGLang (and the libraries it calls) put into log lines and messages.
+_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+
+
+def _plain(text: str) -> str:
+    return _ANSI.sub("", text)
+
+
+# Deprecation is the action class's word (SGLang's DeprecatedAction, DeprecatedStoreTrueAction,
+# DeprecatedStoreConstAction, DeprecatedAliasStoreAction; argparse's own `deprecated=True`). A plain
+# action counts only when its help *starts* by saying so ("Deprecated. Use ...", "(Deprecated, use
+# ...)", "[Deprecated] ..."): help that merely mentions the word ("Replaces the deprecated
+# --grpc-mode") describes the replacement, not a deprecated flag.
+_HELP_DEPRECATED = re.compile(r"^\W*deprecated\b", re.IGNORECASE)
+_HELP_REPLACEMENT = re.compile(r"\buse\s+'?(--[\w-]+(?:=[^\s,;)']+)?)", re.IGNORECASE)
+
+
+class _Refused(Exception):
+    """parser.error() called by a deprecated action that only refuses (the flag is gone)."""
+
+
+def _deprecated_by_class(action: argparse.Action) -> bool:
+    return getattr(action, "deprecated", False) is True or any(
+        "Deprecated" in klass.__name__ for klass in type(action).__mro__
+    )
+
+
+def _render_deprecation(parser: argparse.ArgumentParser, action: argparse.Action, option: str) -> str | None:
+    """Use the option the way argparse would and return what the release itself says about it."""
+    heard = _Capture()
+    root = logging.getLogger()
+    root.addHandler(heard)
+    printed = io.StringIO()
+    environ = dict(os.environ)
+
+    def refuse(message: str) -> Any:
+        raise _Refused(message)
+
+    original_error = parser.error
+    parser.error = refuse  # type: ignore[method-assign]
+    values: Any = None
+    if action.nargs != 0:
+        value = str(next(iter(action.choices))) if action.choices else "1"
+        values = value if action.nargs in (None, "?") else [value]
+    try:
+        with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed), warnings.catch_warnings():
+            action(parser, argparse.Namespace(), values, option)
+    except _Refused as exc:
+        return _plain(str(exc)).strip() or None
+    except (Exception, SystemExit):
+        pass
+    finally:
+        parser.error = original_error  # type: ignore[method-assign]
+        root.removeHandler(heard)
+        if dict(os.environ) != environ:
+            os.environ.clear()
+            os.environ.update(environ)
+    said = [line["message"] for line in heard.lines] or [printed.getvalue()]
+    return " ".join(m.strip() for m in said if m.strip()) or None
+
+
+def _deprecation(
+    parser: argparse.ArgumentParser, action: argparse.Action, option: str, help_text: str, by_class: bool
+) -> tuple[str | None, str | None]:
+    """(replacement flag, the release's own message) for a deprecated option."""
+    if not by_class:
+        found = _HELP_REPLACEMENT.search(help_text)
+        return (found.group(1) if found else None), (_plain(help_text).strip() or None)
+    new_flag = getattr(action, "new_flag", None)
+    replacement = new_flag.strip() if isinstance(new_flag, str) and new_flag.strip() else None
+    const = getattr(action, "const_value", None)
+    # A const-storing alias stands for the new flag with that value (0.5.19: --enable-breakable-cuda-graph
+    # -> --cuda-graph-backend-prefill=breakable); a boolean const means the new flag is a switch.
+    if replacement and isinstance(const, str) and "=" not in replacement and " " not in replacement:
+        replacement = f"{replacement}={const}"
+    message = _render_deprecation(parser, action, option)
+    if message is None:
+        error = getattr(action, "error_message", None)
+        message = _plain(error).strip() if isinstance(error, str) and error.strip() else None
+    return replacement, message
+
+
 def _describe_parser(server_args_cls: Any) -> dict[str, Any]:
     parser = argparse.ArgumentParser(add_help=False)
     server_args_cls.add_cli_args(parser)
@@ -173,17 +262,24 @@ def _describe_parser(server_args_cls: Any) -> dict[str, Any]:
     for action in parser._actions:
         kind = type(action).__name__
         help_text = action.help if isinstance(action.help, str) else ""
+        by_class = _deprecated_by_class(action)
+        deprecated = by_class or bool(_HELP_DEPRECATED.match(help_text))
         record = {
             "dest": action.dest,
             "action": kind,
             "choices": _jsonable(list(action.choices)) if action.choices else None,
             "default": _jsonable(action.default),
             "takes_value": action.nargs != 0,
-            "deprecated": "Deprecated" in kind or "deprecated" in help_text.lower()[:200],
-            "help": help_text[:400],
+            "deprecated": deprecated,
+            "help": _plain(help_text[:400]),
+            "replacement": None,
+            "deprecation_message": None,
         }
         for opt in action.option_strings:
             options[opt] = record
+            if deprecated:
+                replacement, message = _deprecation(parser, action, opt, help_text, by_class)
+                options[opt] = {**record, "replacement": replacement, "deprecation_message": message}
     return options
 
 
@@ -246,24 +342,601 @@ class _Capture(logging.Handler):
             message = record.getMessage()
         except Exception:
             message = str(record.msg)
-        self.lines.append({"level": record.levelname, "logger": record.name, "message": message})
+        self.lines.append({"level": record.levelname, "logger": record.name, "message": _plain(message)})
 
 
-@contextlib.contextmanager
-def _job_environment(env: dict[str, str]) -> Iterator[None]:
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
+# Modules whose globals are SGLang's process-wide records: server args published for the scheduler,
+# parallel groups, attention-DP and MoE settings (a release with a runtime context snapshots that itself).
+_STATE_MODULES = (
+    "sglang.srt.server_args",
+    "sglang.srt.distributed.parallel_state",
+    "sglang.srt.layers.dp_attention",
+    "sglang.srt.layers.moe.utils",
+)
+# Warn-once memories, found by name in every SGLang module (`_warned_bool_env_var_keys`, flags such as
+# `_ssl_verify_warned`, `print_warning_once`'s cache): kept, a warning would show for the first variant only.
+_ONCE_NAMES = re.compile(r"warn|once|logged|seen|printed|shown", re.IGNORECASE)
+# Cached config loaders (`get_config`, `get_generation_config`, ...): they hand out one shared object per
+# model path, which SGLang edits in place (0.5.13's draft ModelConfig renames the cached HF config's
+# architecture to Qwen3_5ForCausalLMMTP), so every job reads the checkpoint's config afresh.
+_CACHED_NAMES = re.compile(r"warn|once|logged|printed|shown|config", re.IGNORECASE)
+_CONTAINERS = (set, dict, list)
+
+
+def _copy(value: Any) -> Any:
+    return type(value)(value) if type(value) in _CONTAINERS else value
+
+
+def _refill(target: Any, saved: Any) -> None:
+    """Put a container's saved contents back into the same object (others may hold a reference)."""
+    if isinstance(target, list):
+        target[:] = saved
+    else:
+        target.clear()
+        target.update(saved)
+
+
+class _ModuleGlobals:
+    """Some modules' global bindings (`_TP = group`, `_global_server_args = args`, ...), to put back.
+
+    Bindings only: containers filled in place are registries that imports populate once (e.g. MoE
+    runner backends); emptying them would break the modules already imported."""
+
+    def __init__(self, modules: list[Any]) -> None:
+        self.saved = [(m, {k: v for k, v in vars(m).items() if not k.startswith("__")}) for m in modules]
+
+    def restore(self) -> None:
+        for module, bindings in self.saved:
+            namespace = vars(module)
+            for name, value in bindings.items():
+                if namespace.get(name) is not value:
+                    namespace[name] = value
+
+
+class _CleanState:
+    """The worker as it was right after importing SGLang, put back before and after every job.
+
+    Resolution writes to os.environ in every release (0.5.16+ sets SGLANG_USE_CUDA_IPC_TRANSPORT, which
+    the next resolution then reports as deprecated), publishes process-wide records and remembers what
+    it already warned about: without this a variant's logs would depend on the variants before it.
+    """
+
+    def __init__(self) -> None:
+        self.environ = dict(os.environ)
+        self.records = _ModuleGlobals([sys.modules[n] for n in _STATE_MODULES if n in sys.modules])
+        self.context = self._snapshot_context()
+        self.once_values: list[tuple[Any, str, Any]] = []
+        self.caches: list[Any] = []
+        self.scanned: set[str] = set()
+        self.warn_once = dict(getattr(warnings, "onceregistry", {}))
+        self.loggers = self._logger_state()
+        self.logging_disabled = logging.root.manager.disable
+        self._scan()
+
+    @staticmethod
+    def _snapshot_context() -> tuple[Any, Any, dict[str, Any]] | None:
+        """Releases with a runtime context (0.5.19, 0.5.23): its own snapshot, plus copies of the dicts
+        it hands back by reference (its parallel stamps are updated in place)."""
+        rc = sys.modules.get("sglang.srt.runtime_context")
+        if rc is None or not hasattr(rc, "snapshot_context") or not hasattr(rc, "restore_context"):
+            return None
+        try:
+            parallel = rc.get_parallel()
+            slots = {
+                s: dict(getattr(parallel, s))
+                for s in type(parallel).__slots__
+                if type(getattr(parallel, s, None)) is dict
+            }
+            return rc, rc.snapshot_context(), slots
+        except Exception:
+            return None
+
+    @staticmethod
+    def _logger_state() -> dict[str, tuple[int, bool, bool]]:
+        loggers = [
+            logging.getLogger(),
+            *(lg for lg in logging.root.manager.loggerDict.values() if isinstance(lg, logging.Logger)),
+        ]
+        return {lg.name: (lg.level, lg.disabled, lg.propagate) for lg in loggers}
+
+    def _scan(self) -> None:
+        """Find warn-once memories and cached loaders in SGLang modules not seen yet (model code is
+        imported later)."""
+        for name, module in list(sys.modules.items()):
+            if name in self.scanned or not name.startswith("sglang") or module is None:
+                continue
+            self.scanned.add(name)
+            try:
+                items = list(vars(module).items())
+            except TypeError:
+                continue
+            for attr, value in items:
+                if attr.startswith("__"):
+                    continue
+                if isinstance(value, bool) or type(value) in _CONTAINERS:
+                    if _ONCE_NAMES.search(attr):
+                        self.once_values.append((module, attr, _copy(value)))
+                elif (
+                    _CACHED_NAMES.search(attr)
+                    and callable(getattr(value, "cache_clear", None))
+                    and getattr(value, "__module__", None) == name
+                ):
+                    self.caches.append(value)
+
+    def restore(self) -> None:
+        self._scan()
+        if dict(os.environ) != self.environ:
+            os.environ.clear()
+            os.environ.update(self.environ)
+        self.records.restore()
+        if self.context is not None:
+            rc, snapshot, slots = self.context
+            rc.restore_context(snapshot)
+            parallel = rc.get_parallel()
+            for slot, saved in slots.items():
+                setattr(parallel, slot, dict(saved))
+        for module, attr, saved in self.once_values:
+            current = getattr(module, attr, None)
+            if type(saved) in _CONTAINERS and type(current) is type(saved):
+                _refill(current, saved)
             else:
-                os.environ[k] = v
+                setattr(module, attr, _copy(saved))
+        for cached in self.caches:
+            cached.cache_clear()
+        registry = getattr(warnings, "onceregistry", None)
+        if isinstance(registry, dict):
+            registry.clear()
+            registry.update(self.warn_once)
+        for name, (level, disabled, propagate) in self.loggers.items():
+            lg = logging.getLogger() if name == "root" else logging.getLogger(name)
+            if lg.level != level:
+                lg.setLevel(level)
+            lg.disabled, lg.propagate = disabled, propagate
+        if logging.root.manager.disable != self.logging_disabled:
+            logging.disable(self.logging_disabled)
 
 
-def _resolve(module: Any, argv: list[str], tracer: _WriteTracer | None, capture: _Capture) -> dict[str, Any]:
+# ---- What SGLang's model class builds, on torch's meta device (no weights, no memory, no GPU) ----
+
+# Where multimodal model classes keep their vision tower, on the model or its inner `model`
+# (Qwen-VL family: visual; LLaVA & co.: vision_tower; Idefics/Mllama/InternVL: vision_model; ...).
+VISION_TOWER_ATTRS = (
+    "visual",
+    "vision_tower",
+    "vision_model",
+    "vision_encoder",
+    "vision_backbone",
+    "image_encoder",
+    "vit",
+    "vpm",
+)
+# MoE layers: SGLang's expert layers (FusedMoE and its backend subclasses: EPMoE, DeepEPMoE,
+# FlashInferFusedMoE, ...; by class when importable, else by name) and the model blocks that own them
+# (Qwen2MoeSparseMoeBlock, DeepseekV2MoE, MixtralMoE, Llama4MoE, ...: a class name *ending* in
+# MoE/Moe/MoeBlock/MoELayer). Only the outermost match counts, so a block and the FusedMoE inside it
+# are one layer. A name merely containing "Moe" does not count: dense models reuse `Qwen2MoeMLP`, and
+# Qwen3.5's vision tower is a `Qwen3VLMoeVisionModel`.
+_MOE_LAYER = re.compile(r"FusedMoE|EPMoE")
+_MOE_BLOCK = re.compile(r"(MoE|Moe|MoeBlock|MoEBlock|MoELayer|MoeLayer)$")
+# Speculative algorithms that run without a draft model.
+_NO_DRAFT_ALGORITHMS = frozenset({"NONE", "NGRAM", "LOOKAHEAD"})
+# Effective fields that change what the target model class builds; the worker builds once per
+# distinct combination (with the job's environment), so variants that share a model share one build.
+_MODEL_KEY_FIELDS = (
+    "model_path",
+    "revision",
+    "json_model_override_args",
+    "language_model_only",
+    "language_only",
+    "encoder_only",
+    "enable_multimodal",
+    "model_impl",
+    "trust_remote_code",
+    "dtype",
+    "quantization",
+    "enable_fp32_lm_head",
+    "tp_size",
+    "pp_size",
+    "ep_size",
+    "dp_size",
+    "attn_dp_size",
+    "attn_cp_size",
+    "moe_dp_size",
+    "enable_dp_attention",
+    "enable_dp_lm_head",
+    "moe_a2a_backend",
+    "moe_runner_backend",
+    "moe_dense_tp_size",
+    "ep_num_redundant_experts",
+    "disable_shared_experts_fusion",
+)
+# ... and the draft model (on top of the target's fields).
+_DRAFT_KEY_FIELDS = (
+    "speculative_algorithm",
+    "speculative_draft_model_path",
+    "speculative_draft_model_revision",
+    "speculative_draft_model_quantization",
+    "speculative_moe_runner_backend",
+    "speculative_moe_a2a_backend",
+    "enable_multi_layer_eagle",
+)
+# torch factories that take a device: forced onto meta.
+_FACTORIES = frozenset(
+    {
+        "empty",
+        "zeros",
+        "ones",
+        "full",
+        "rand",
+        "randn",
+        "arange",
+        "tensor",
+        "as_tensor",
+        "empty_strided",
+        "zeros_like",
+        "ones_like",
+        "empty_like",
+        "full_like",
+        "linspace",
+        "eye",
+        "randint",
+    }
+)
+
+
+class _NoCuda:
+    """torch.cuda.Stream/Event stand-in: constructors grab side streams and events; no driver here."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def __getattr__(self, attr: str) -> Any:
+        return lambda *args, **kwargs: None
+
+
+class _FakeGroup:
+    """Stands in for SGLang's GroupCoordinator: construction reads only its shape (size, rank)."""
+
+    def __init__(self, name: str, world_size: int, rank: int) -> None:
+        self.unique_name = name
+        self.world_size = world_size
+        self.rank_in_group = rank
+        self.rank = rank
+        self.local_rank = rank
+        self.ranks = list(range(world_size))
+        self.first_rank = 0
+        self.last_rank = world_size - 1
+        self.is_first_rank = rank == 0
+        self.is_last_rank = rank == world_size - 1
+        self.next_rank = (rank + 1) % world_size
+        self.prev_rank = (rank - 1) % world_size
+        self.device_group = None
+        self.cpu_group = None
+        self.use_pynccl = False
+        self.pynccl_comm = None
+
+    def __getattr__(self, attr: str) -> Any:
+        raise AttributeError(f"simulated process group {self.unique_name!r} has no {attr!r}")
+
+
+def _force_meta() -> Any:
+    """A torch function mode that puts every new tensor on the meta device, explicit `device=`
+    arguments included (0.5.13's qwen3_5.py passes the current CUDA device), and makes .cuda() and
+    .to(<device>) of meta tensors no-ops."""
+    import torch
+
+    class ForceMeta(torch.overrides.TorchFunctionMode):  # type: ignore[misc]
+        def __torch_function__(
+            self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
+        ) -> Any:
+            kwargs = dict(kwargs or {})
+            name = getattr(func, "__name__", "")
+            if name == "cuda" and args and isinstance(args[0], torch.Tensor):
+                return args[0]
+            if name == "to" and args and isinstance(args[0], torch.Tensor) and args[0].is_meta:
+                rest = [a for a in args[1:] if not isinstance(a, (str, torch.device, int))]
+                kwargs.pop("device", None)
+                return func(args[0], *rest, **kwargs) if (rest or kwargs) else args[0]
+            if "device" in kwargs or name in _FACTORIES:
+                kwargs["device"] = "meta"
+            return func(*args, **kwargs)
+
+    return ForceMeta()
+
+
+def _optional_module(name: str) -> Any:
+    try:
+        return importlib.import_module(name)
+    except Exception:
+        return None
+
+
+def _positive_int(obj: Any, name: str, default: int) -> int:
+    try:
+        value = getattr(obj, name)
+    except Exception:
+        return default
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
+
+
+def _vision_tower(model: Any) -> Any:
+    import torch
+
+    for holder in (model, getattr(model, "model", None)):
+        if not isinstance(holder, torch.nn.Module):
+            continue
+        for attr in VISION_TOWER_ATTRS:
+            tower = getattr(holder, attr, None)
+            if isinstance(tower, torch.nn.Module):
+                return tower
+    return None
+
+
+def _moe_layers(model: Any) -> int:
+    layer = _optional_module("sglang.srt.layers.moe.fused_moe_triton.layer")
+    fused = getattr(layer, "FusedMoE", None)
+
+    def is_moe(module: Any) -> bool:
+        name = type(module).__name__
+        return (isinstance(fused, type) and isinstance(module, fused)) or bool(
+            _MOE_LAYER.search(name) or _MOE_BLOCK.search(name)
+        )
+
+    count = 0
+    pending = list(model.children())
+    while pending:
+        module = pending.pop()
+        if is_moe(module):
+            count += 1  # outermost only: do not look inside
+        else:
+            pending.extend(module.children())
+    return count
+
+
+def _param_bytes(module: Any) -> int:
+    return sum(int(p.numel()) * int(p.element_size()) for p in module.parameters())
+
+
+def _builds_draft(effective: dict[str, Any]) -> bool:
+    algorithm = effective.get("speculative_algorithm")
+    return isinstance(algorithm, str) and bool(algorithm) and algorithm.upper() not in _NO_DRAFT_ALGORITHMS
+
+
+def _error_text(exc: BaseException) -> str:
+    return _plain(f"{type(exc).__name__}: {exc}")[:2000]
+
+
+class _ModelBuilder:
+    """Builds SGLang's model classes on the meta device, once per distinct model question."""
+
+    def __init__(self, stubbed: list[str]) -> None:
+        self.stubbed = set(stubbed)
+        self.prepared = False
+        self.built: dict[str, dict[str, Any]] = {}
+
+    def facts(
+        self, server_args: Any, effective: dict[str, Any], env: dict[str, str], capture: _Capture
+    ) -> dict[str, Any]:
+        """``{"model": {...}}`` or ``{"model_error": "<Type>: <message>"}`` for one resolved variant."""
+        target = {"model": {k: effective.get(k) for k in _MODEL_KEY_FIELDS}, "env": env}
+        key = json.dumps(target, sort_keys=True, default=repr)
+        draft_key = None
+        if _builds_draft(effective):
+            draft_key = json.dumps(
+                {**target, "draft": {k: effective.get(k) for k in _DRAFT_KEY_FIELDS}}, sort_keys=True, default=repr
+            )
+        wanted = [(k, k == draft_key) for k in (key, draft_key) if k is not None and k not in self.built]
+        if wanted:
+            self._build(server_args, effective, wanted, capture)
+        built = self.built[key]
+        if "error" in built:
+            return {"model_error": built["error"]}
+        facts = {**built["facts"], "draft_architecture": None, "draft_param_bytes_per_rank": 0}
+        if draft_key is not None:
+            draft = self.built[draft_key]
+            facts["seconds"] = round(facts["seconds"] + draft["seconds"], 3)
+            if "error" in draft:
+                facts["draft_error"] = draft["error"]
+            else:
+                facts["draft_architecture"] = draft["facts"]["architecture"]
+                facts["draft_param_bytes_per_rank"] = draft["facts"]["param_bytes_per_rank"]
+        return {"model": facts}
+
+    def _build(
+        self, server_args: Any, effective: dict[str, Any], wanted: list[tuple[str, bool]], capture: _Capture
+    ) -> None:
+        # What construction logs and prints is not the variant's resolution: kept out of its answer.
+        heard, capture.lines = capture.lines, []
+        quiet = io.StringIO()
+        started = time.perf_counter()
+        try:
+            with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                self._prepare()
+                with self._parallel_scope(server_args, effective):
+                    for key, is_draft in wanted:
+                        self.built[key] = self._construct(server_args, effective, is_draft)
+        except (Exception, SystemExit) as exc:
+            for key, _ in wanted:
+                self.built.setdefault(
+                    key, {"error": _error_text(exc), "seconds": round(time.perf_counter() - started, 3)}
+                )
+        finally:
+            capture.lines = heard
+
+    def _prepare(self) -> None:
+        """Once per worker: CUDA streams/events as no-ops, and no fake-kernel registration for the
+        stubbed kernel package (0.5.13 registers fake implementations of sgl_kernel ops when model
+        modules are imported; the stub has no ops, so their import would fail)."""
+        if self.prepared:
+            return
+        import torch
+
+        torch.cuda.Stream = _NoCuda
+        torch.cuda.Event = _NoCuda
+        original = torch.library.register_fake
+        stubbed = self.stubbed
+
+        def register_fake(op: Any, *args: Any, **kwargs: Any) -> Any:
+            if isinstance(op, str) and op.split("::")[0] in stubbed:
+                return args[0] if args else (lambda fn: fn)
+            return original(op, *args, **kwargs)
+
+        torch.library.register_fake = register_fake
+        self.prepared = True
+
+    @contextlib.contextmanager
+    def _parallel_scope(self, server_args: Any, effective: dict[str, Any]) -> Iterator[None]:
+        """Tensor-parallel rank 0 of the resolved topology, as the scheduler process sees it, with
+        stand-in process groups; every process-wide record is put back afterwards."""
+        records = _ModuleGlobals([m for m in map(_optional_module, _STATE_MODULES) if m is not None])
+        rc = _optional_module("sglang.srt.runtime_context")
+        try:
+            if rc is not None and hasattr(rc, "create_context") and hasattr(rc, "use_context"):
+                # 0.5.23: a model-owned context, active only while building (the process's own
+                # published config is not replaced).
+                context = rc.create_context(server_args, role="test", ranks=rc.SpawnRanks(world_rank=0, gpu_id=0))
+                with rc.use_context(context):
+                    self._fake_groups(rc, context.parallel, effective)
+                    self._initialize_moe_config(server_args)
+                    yield
+            else:
+                # 0.5.13 (and 0.5.19, whose publish shim below fills its runtime context): module
+                # globals, put back by `records` (the runtime context by the job's clean state).
+                self._fake_legacy_groups(effective)
+                publish = getattr(
+                    sys.modules.get("sglang.srt.server_args"), "set_global_server_args_for_scheduler", None
+                )
+                if publish is not None:
+                    publish(server_args)
+                self._initialize_moe_config(server_args)
+                yield
+        finally:
+            records.restore()
+
+    @staticmethod
+    def _fake_groups(rc: Any, parallel: Any, effective: dict[str, Any]) -> None:
+        fields = rc._parallel_fields() if hasattr(rc, "_parallel_fields") else ()
+        names = sorted(f for f in fields if f.endswith("_group")) or [
+            f"{n}_group"
+            for n in (
+                "tp",
+                "pp",
+                "moe_ep",
+                "moe_dp",
+                "moe_tp",
+                "attn_tp",
+                "attn_cp",
+                "shared_experts_tp",
+                "dcp",
+                "world",
+            )
+        ]
+        tp = int(effective.get("tp_size") or 1)
+        pp = int(effective.get("pp_size") or 1)
+        groups = {}
+        for name in names:
+            prefix = name[: -len("_group")]
+            if prefix == "world":
+                size = _positive_int(parallel, "launch_world_size", tp * pp)
+            else:
+                size = _positive_int(parallel, f"{prefix}_size", 1)
+            rank = _positive_int(parallel, f"{prefix}_rank", 0)
+            groups[name] = _FakeGroup(prefix, size, rank if rank < size else 0)
+        parallel.override_permanently(**groups)
+
+    @staticmethod
+    def _fake_legacy_groups(effective: dict[str, Any]) -> None:
+        """Up to ~0.5.18: module globals of parallel_state and dp_attention."""
+        ps = importlib.import_module("sglang.srt.distributed.parallel_state")
+        dpa = _optional_module("sglang.srt.layers.dp_attention")
+        tp = int(effective.get("tp_size") or 1)
+        pp = int(effective.get("pp_size") or 1)
+        ep = int(effective.get("ep_size") or 1)
+        dp = int(effective.get("dp_size") or 1) if effective.get("enable_dp_attention") else 1
+        attn_tp = max(tp // dp, 1)
+        widths = {
+            "_WORLD": tp * pp,
+            "_TP": tp,
+            "_PP": pp,
+            "_ATTN_TP": attn_tp,
+            "_ATTN_CP": 1,
+            "_DCP": 1,
+            "_MOE_EP": ep,
+            "_MOE_TP": max(tp // ep, 1),
+            "_MOE_DP": 1,
+            "_SHARED_EXPERTS_TP": 1,
+        }
+        for name, size in widths.items():
+            if hasattr(ps, name):
+                setattr(ps, name, _FakeGroup(name.strip("_").lower(), size, 0))
+        attention = {
+            "_ATTN_TP_SIZE": attn_tp,
+            "_ATTN_TP_RANK": 0,
+            "_ATTN_DP_SIZE": dp,
+            "_ATTN_DP_RANK": 0,
+            "_LOCAL_ATTN_DP_SIZE": dp,
+            "_LOCAL_ATTN_DP_RANK": 0,
+            "_ENABLE_DP_ATTENTION_FLAG": bool(effective.get("enable_dp_attention")),
+        }
+        for name, value in attention.items():
+            if dpa is not None and hasattr(dpa, name):
+                setattr(dpa, name, value)
+
+    @staticmethod
+    def _initialize_moe_config(server_args: Any) -> None:
+        """As the scheduler does before building the model (0.5.13 takes the args, 0.5.23 reads the
+        published context); dense models do not need it, so a failure here is not fatal."""
+        import inspect
+
+        moe = _optional_module("sglang.srt.layers.moe")
+        initialize = getattr(moe, "initialize_moe_config", None)
+        if initialize is None:
+            return
+        try:
+            if inspect.signature(initialize).parameters:
+                initialize(server_args)
+            else:
+                initialize()
+        except Exception:
+            pass
+
+    def _construct(self, server_args: Any, effective: dict[str, Any], is_draft: bool) -> dict[str, Any]:
+        started = time.perf_counter()
+        try:
+            model_config_cls = importlib.import_module("sglang.srt.configs.model_config").ModelConfig
+            load_config_cls = importlib.import_module("sglang.srt.configs.load_config").LoadConfig
+            loader = importlib.import_module("sglang.srt.model_loader.loader")
+            utils = importlib.import_module("sglang.srt.model_loader.utils")
+            if is_draft:
+                # As the draft worker does: the draft path (None: the target checkpoint, e.g. MTP layers).
+                model_config = model_config_cls.from_server_args(
+                    server_args,
+                    model_path=effective.get("speculative_draft_model_path") or None,
+                    model_revision=effective.get("speculative_draft_model_revision"),
+                    is_draft_model=True,
+                )
+            else:
+                model_config = model_config_cls.from_server_args(server_args)
+            load_config = load_config_cls(load_format="dummy")
+            quant_config = loader._get_quantization_config(model_config, load_config)
+            with utils.set_default_torch_dtype(model_config.dtype), _force_meta():
+                model = loader._initialize_model(model_config, load_config, quant_config)
+            tower = _vision_tower(model)
+            facts = {
+                "architecture": type(model).__name__,
+                "vision_tower": type(tower).__name__ if tower is not None else None,
+                "moe_layers": _moe_layers(model),
+                "param_bytes_per_rank": _param_bytes(model),
+                "vision_param_bytes_per_rank": _param_bytes(tower) if tower is not None else 0,
+            }
+        except (Exception, SystemExit) as exc:
+            return {"error": _error_text(exc), "seconds": round(time.perf_counter() - started, 3)}
+        seconds = round(time.perf_counter() - started, 3)
+        return {"facts": {**facts, "seconds": seconds}, "seconds": seconds}
+
+
+def _resolve(module: Any, argv: list[str], tracer: _WriteTracer | None) -> tuple[dict[str, Any], Any]:
     server_args = module.prepare_server_args(list(argv))
     if hasattr(server_args, "resolve_once"):
         server_args.resolve_once()
@@ -288,36 +961,53 @@ def _resolve(module: Any, argv: list[str], tracer: _WriteTracer | None, capture:
                     "comment": "",
                 }
             )
-    return {"effective": _jsonable(effective), "writes": writes}
+    return {"effective": _jsonable(effective), "writes": writes}, server_args
 
 
-def _resolve_job(module: Any, job: dict[str, Any], tracer: _WriteTracer | None, capture: _Capture) -> dict[str, Any]:
+def _resolve_job(
+    module: Any,
+    job: dict[str, Any],
+    tracer: _WriteTracer | None,
+    capture: _Capture,
+    clean: _CleanState,
+    builder: _ModelBuilder,
+) -> dict[str, Any]:
+    clean.restore()
     capture.lines = []
     if tracer:
         tracer.writes = []
-    result = {"id": job.get("id"), "argv": job["argv"]}
+    env = dict(job.get("env") or {})
+    result: dict[str, Any] = {"id": job.get("id"), "argv": job["argv"]}
     printed = io.StringIO()
+    server_args = None
     t0 = time.perf_counter()
-    try:
-        with (
-            _job_environment(job.get("env", {})),
-            contextlib.redirect_stdout(printed),
-            contextlib.redirect_stderr(printed),
-        ):
+    # A fresh warnings state per job: Python shows a warning once per code location otherwise.
+    with warnings.catch_warnings():
+        try:
+            os.environ.update(env)
+            with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+                if tracer:
+                    tracer.active = True
+                answer, server_args = _resolve(module, job["argv"], tracer)
+                result.update(answer)
+        except SystemExit as exc:  # argparse: unknown flag or bad choice; its last line says which
+            lines = [ln for ln in _plain(printed.getvalue()).splitlines() if "error:" in ln]
+            result["error"] = {"type": "ArgumentError", "message": lines[-1] if lines else f"exit {exc}"}
+        except BaseException as exc:
+            result["error"] = {
+                "type": type(exc).__name__,
+                "message": _plain(str(exc)),
+                "traceback": _plain(traceback.format_exc()[-3000:]),
+            }
+        finally:
             if tracer:
-                tracer.active = True
-            result.update(_resolve(module, job["argv"], tracer, capture))
-    except SystemExit as exc:  # argparse: unknown flag or bad choice; its last line says which
-        lines = [ln for ln in printed.getvalue().splitlines() if "error:" in ln]
-        result["error"] = {"type": "ArgumentError", "message": lines[-1] if lines else f"exit {exc}"}
-    except BaseException as exc:
-        result["error"] = {"type": type(exc).__name__, "message": str(exc), "traceback": traceback.format_exc()[-3000:]}
-    finally:
-        if tracer:
-            tracer.active = False
-    result["seconds"] = round(time.perf_counter() - t0, 4)
-    result["logs"] = capture.lines
-    result["printed"] = printed.getvalue()[-4000:]
+                tracer.active = False
+        result["seconds"] = round(time.perf_counter() - t0, 4)
+        result["logs"] = capture.lines
+        result["printed"] = _plain(printed.getvalue())[-4000:]
+        if job.get("build_model") and server_args is not None and isinstance(result.get("effective"), dict):
+            result.update(builder.facts(server_args, result["effective"], env, capture))
+    clean.restore()
     return result
 
 
@@ -332,13 +1022,20 @@ def _start(profile: dict[str, Any], capture: _Capture) -> tuple[dict[str, Any], 
     started = time.perf_counter()
     try:
         ready["stubbed_modules"] = _stub_gpu_only_modules()
-        _simulate_gpus(profile)
+        if profile.get("device", "cuda") != "cpu":  # a CPU runner is this machine as it is: nothing to simulate
+            _simulate_gpus(profile)
         module = importlib.import_module("sglang.srt.server_args")
         cls = module.ServerArgs
+        heard = len(capture.lines)
         ready["parser"] = _describe_parser(cls)
+        del capture.lines[heard:]  # deprecation messages rendered while describing: not import logs
         ready["language_model_only_architectures"] = _jsonable(getattr(cls, "LANGUAGE_MODEL_ONLY_ARCHITECTURES", None))
     except Exception as exc:
-        ready["error"] = {"type": type(exc).__name__, "message": str(exc), "traceback": traceback.format_exc()[-4000:]}
+        ready["error"] = {
+            "type": type(exc).__name__,
+            "message": _plain(str(exc)),
+            "traceback": _plain(traceback.format_exc()[-4000:]),
+        }
         return ready, None
     ready["import_seconds"] = round(time.perf_counter() - started, 3)
     ready["import_logs"] = capture.lines
@@ -373,9 +1070,18 @@ def main() -> int:
     if module is None:
         return 0
     tracer = _WriteTracer(module.ServerArgs) if dataclasses.is_dataclass(module.ServerArgs) else None
+    clean = _CleanState()
+    builder = _ModelBuilder(ready.get("stubbed_modules", []))
+    warmed = False
     for line in sys.stdin:
         if line.strip():
-            answer(_resolve_job(module, json.loads(line), tracer, capture))
+            job = json.loads(line)
+            if not warmed:
+                # The first resolution imports what SGLang imports lazily, and import-time log lines
+                # would be the first variant's alone: resolve it once unanswered, from a clean state.
+                _resolve_job(module, {**job, "build_model": False}, tracer, capture, clean, builder)
+                warmed = True
+            answer(_resolve_job(module, job, tracer, capture, clean, builder))
     return 0
 
 

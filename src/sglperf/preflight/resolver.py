@@ -26,7 +26,7 @@ from filelock import FileLock
 from sglperf.model.deployment import RunnerProfile
 from sglperf.model.files import write_text_atomic
 from sglperf.model.progress import Progress, silent
-from sglperf.model.resolution import LogLine, Resolution, SGLangError, Write
+from sglperf.model.resolution import LogLine, ModelFacts, Resolution, SGLangError, Write
 from sglperf.sglang import envs
 from sglperf.sglang.intents import Option, ParserInfo
 
@@ -44,6 +44,44 @@ class PreflightError(RuntimeError):
     """The preflight could not ask SGLang at all (no interpreter, no SGLang, worker crashed)."""
 
 
+_REQUIRED = object()
+
+
+def _typed(record: dict[str, Any], key: str, kinds: tuple[type, ...], default: Any = _REQUIRED) -> Any:
+    """``record[key]`` checked against ``kinds`` (a bool is not an int here), or ``default`` when the key
+    is absent (entries written before the key existed). KeyError/TypeError when it is not that."""
+    if key not in record:
+        if default is _REQUIRED:
+            raise KeyError(key)
+        return default
+    value = record[key]
+    if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
+        raise TypeError(f"{key}: {value!r} is not {' or '.join(k.__name__ for k in kinds)}")
+    return value
+
+
+def model_facts_from_probe(raw: Any) -> ModelFacts | None:
+    """The worker's ``model`` record (what SGLang's model class builds), or None when absent.
+
+    KeyError/TypeError when it is not such a record (a damaged cache entry)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise TypeError(f"model: {type(raw).__name__}")
+    optional_str = (str, type(None))
+    return ModelFacts(
+        architecture=_typed(raw, "architecture", (str,)),
+        vision_tower=_typed(raw, "vision_tower", optional_str),
+        moe_layers=_typed(raw, "moe_layers", (int,)),
+        param_bytes_per_rank=_typed(raw, "param_bytes_per_rank", (int,)),
+        vision_param_bytes_per_rank=_typed(raw, "vision_param_bytes_per_rank", (int,)),
+        draft_architecture=_typed(raw, "draft_architecture", optional_str, None),
+        draft_param_bytes_per_rank=_typed(raw, "draft_param_bytes_per_rank", (int,), 0),
+        seconds=float(_typed(raw, "seconds", (int, float), 0.0)),
+        draft_error=_typed(raw, "draft_error", optional_str, None),
+    )
+
+
 def resolution_from_probe(argv: Sequence[str], env: dict[str, str], raw: dict[str, Any], cached: bool) -> Resolution:
     """The worker's JSON answer for one variant, as a record; simulation artefacts dropped.
 
@@ -52,6 +90,9 @@ def resolution_from_probe(argv: Sequence[str], env: dict[str, str], raw: dict[st
     effective = raw.get("effective")
     if not isinstance(error, dict) and not isinstance(effective, dict):
         raise TypeError("neither effective args nor SGLang's error")
+    model_error = raw.get("model_error")
+    if model_error is not None and not isinstance(model_error, str):
+        raise TypeError(f"model_error: {type(model_error).__name__}")
     return Resolution(
         argv=tuple(argv),
         env=dict(env),
@@ -65,6 +106,8 @@ def resolution_from_probe(argv: Sequence[str], env: dict[str, str], raw: dict[st
         error=SGLangError(error["type"], error["message"]) if error else None,
         seconds=raw.get("seconds", 0.0),
         cached=cached,
+        model=model_facts_from_probe(raw.get("model")),
+        model_error=model_error,
     )
 
 
@@ -278,6 +321,8 @@ class Resolver:
                 takes_value=o["takes_value"],
                 deprecated=o["deprecated"],
                 help=o["help"],
+                replacement=_typed(o, "replacement", (str, type(None)), None),
+                deprecation_message=_typed(o, "deprecation_message", (str, type(None)), None),
             )
             for flag, o in hello["parser"].items()
         }
@@ -305,7 +350,9 @@ class Resolver:
                     found = self._cached_resolution(keys[i], argv, env)
                     if found is None:
                         raw = self._ensure_worker().ask(
-                            {"id": i, "argv": list(argv), "env": env}, JOB_TIMEOUT_S, f"resolving {' '.join(argv)}"
+                            {"id": i, "argv": list(argv), "env": env, "build_model": True},
+                            JOB_TIMEOUT_S,
+                            f"resolving {' '.join(argv)}",
                         )
                         self._store(keys[i], raw)
                         found = resolution_from_probe(argv, env, raw, cached=False)
