@@ -23,6 +23,10 @@ from sglperf.session import LiveSession, LiveSkip
 MEASUREMENT_PROPERTY = "sglperf_measurement"
 
 
+class SGLangCaveat(UserWarning):
+    """A request overrides one of SGLang's own rules; the text is SGLang's reason for the rule."""
+
+
 class ItemFailure(Exception):
     """A failure sglperf explains in full: shown as its message, without a traceback."""
 
@@ -108,6 +112,11 @@ class SglperfItem(pytest.Item):
             ("effective", str(verdict.actual)),
             ("verdict", verdict.status.value),
         ]
+        if verdict.caveats:
+            # Passed, but only because the request overrides one of SGLang's own rules: shown in the
+            # warnings summary of every run, not only with -rA.
+            self.warn(SGLangCaveat(f"{verdict.test_id}: " + "; ".join(verdict.caveats)))
+            self.user_properties.append(("caveat", "; ".join(verdict.caveats)))
         if verdict.status == Status.UNPROVEN:
             raise _skip(f"unproven in {verdict.tier}: {verdict.detail}")
         if verdict.status != Status.PASS:

@@ -32,7 +32,7 @@ def verdict_table(verdicts: Sequence[Verdict]) -> str:
     ]
     lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)), "  ".join("-" * w for w in widths)]
     lines += ["  ".join(_cell(c, w).ljust(w) for c, w in zip(row, widths)) for row in rows]
-    notes = [v.message() for v in verdicts if v.status != Status.PASS]
+    notes = [v.message() for v in verdicts if v.status != Status.PASS or v.caveats]
     if notes:
         lines += ["", *notes]
     counts = {s: sum(v.status == s for v in verdicts) for s in Status}
