@@ -22,6 +22,7 @@ Prints a markdown table headed by the command line; exits 1 if a cell at ``--tar
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import socket
@@ -43,7 +44,6 @@ from sglperf.measure.samples import RequestSample
 from sglperf.model.deployment import Workload
 from sglperf.testing.emulator.config import CONFIG_ENV, EmulatorConfig
 from sglperf.testing.emulator.timing import chunk_plan, expected_accept_length, plan_request, prompt_tokens_of_text
-import itertools
 
 REPO = Path(__file__).resolve().parents[1]
 SPEC_STEPS = 3

@@ -50,7 +50,7 @@ BAD_FILES = {
         {'sglang = "<0.5.20"': 'sglang = "before 0.5.20"'},
         "launch.when[0].sglang: 'before 0.5.20' is not a version specifier",
     ),
-    "missing required field": ({'gpu_name = "NVIDIA RTX A6000"\n': ""}, "runner.gpu_name: required field is missing"),
+    "missing required field": ({'gpu_name = "NVIDIA RTX A6000"\n': ""}, "runner: gpu_name: required field is missing"),
     "variant id with spaces": ({'id = "mtp1"': 'id = "mtp 1"'}, "variants[0].id: 'mtp 1' is not allowed"),
     "intent value not a bool": (
         {"decode_cuda_graph = true": "decode_cuda_graph = 'yes'"},

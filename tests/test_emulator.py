@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -247,17 +248,31 @@ def test_server_info_from_effective_file(spawn: Callable[..., Emulator], model_d
     state = info["internal_states"][0]
     assert "avg_spec_accept_length" not in state
     assert state["memory_usage"]["weight"] == pytest.approx(29.0)
-    assert state["memory_usage"]["graph"]["prefill"] > 0 and state["memory_usage"]["graph"]["decode"] > 0
+    graph = state["memory_usage"]["graph"]
+    # speculative decoding: the target's decode graph is its verify graph, as SGLang reports it
+    assert graph["prefill"] > 0 and graph["target_verify"] > 0 and graph["decode"] == 0
+    assert state["decode_cuda_graph_bs"] and state["decode_cuda_graph_memory_gb"] > 0
     assert isinstance(state["memory_usage"]["token_capacity"], int)
-    assert model == {
+    assert {k: model[k] for k in ("model_path", "tokenizer_path", "is_generation", "architectures")} == {
         "model_path": str(model_dir),
         "tokenizer_path": str(model_dir),
         "is_generation": True,
         "architectures": ["Qwen3_5ForConditionalGeneration"],
-        "has_image_understanding": True,
     }
+    assert model["has_image_understanding"] is True and model["has_audio_understanding"] is False
+    with c_models(emu.url) as models:
+        assert models["data"][0]["owned_by"] == "sglang" and models["object"] == "list"
     assert any("capture prefill cuda graph end" in ln.lower() for ln in emu.log().splitlines())
     assert any("mem usage=29.00 GB" in ln for ln in emu.log().splitlines())
+
+
+@contextlib.contextmanager
+def c_models(url: str) -> Iterator[dict[str, Any]]:
+    """/v1/models, which SGLang serves (bench_serving asks it for the model id)."""
+    with httpx.Client(base_url=url) as client:
+        response = client.get("/v1/models")
+        assert response.status_code == 200
+        yield response.json()
 
 
 # --- generation ---
@@ -425,11 +440,14 @@ def test_exit_during_startup(spawn: Callable[..., Emulator]) -> None:
 def test_crash_after_tokens(spawn: Callable[..., Emulator]) -> None:
     emu = spawn(*SPEC_ARGV, config={"crash_after_tokens": 10, "decode_step_s": 0.002})
     received = []
-    with emu.client() as c, pytest.raises(httpx.HTTPError):
-        with c.stream("POST", "/generate", json=stream_body(50)) as response:
-            for line in response.iter_lines():
-                if line.startswith("data: "):
-                    received.append(line[6:])
+    with (
+        emu.client() as c,
+        pytest.raises(httpx.HTTPError),
+        c.stream("POST", "/generate", json=stream_body(50)) as response,
+    ):
+        for line in response.iter_lines():
+            if line.startswith("data: "):
+                received.append(line[6:])
     assert "[DONE]" not in received
     assert json.loads(received[-1])["meta_info"]["completion_tokens"] == 10
     assert emu.proc.wait(timeout=5) == 1
@@ -438,11 +456,14 @@ def test_crash_after_tokens(spawn: Callable[..., Emulator]) -> None:
 def test_stall_after_tokens(spawn: Callable[..., Emulator]) -> None:
     emu = spawn(*SPEC_ARGV, config={"stall_after_tokens": 10, "decode_step_s": 0.002})
     received = []
-    with emu.client(timeout=httpx.Timeout(5.0, read=0.5)) as c, pytest.raises(httpx.ReadTimeout):
-        with c.stream("POST", "/generate", json=stream_body(50)) as response:
-            for line in response.iter_lines():
-                if line.startswith("data: "):
-                    received.append(line[6:])
+    with (
+        emu.client(timeout=httpx.Timeout(5.0, read=0.5)) as c,
+        pytest.raises(httpx.ReadTimeout),
+        c.stream("POST", "/generate", json=stream_body(50)) as response,
+    ):
+        for line in response.iter_lines():
+            if line.startswith("data: "):
+                received.append(line[6:])
     assert json.loads(received[-1])["meta_info"]["completion_tokens"] == 10
     assert emu.proc.poll() is None and emu.status() == 200
 

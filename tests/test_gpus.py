@@ -5,6 +5,7 @@ No GPU needed: inventories are simulated, NVML is a stand-in module, nvidia-smi 
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -414,7 +415,7 @@ def test_eight_gpus_serve_four_pairs_at_once(spawn, tmp_path: Path) -> None:
 def test_two_gpus_serve_one_pair_at_a_time(spawn, tmp_path: Path) -> None:
     records = sorted(_compete(spawn, tmp_path, "2xNVIDIA RTX A6000:48", workers=4), key=lambda r: r["start"])
     assert all(r["gpus"] == [0, 1] for r in records)
-    assert all(prev["end"] <= nxt["start"] for prev, nxt in zip(records, records[1:]))
+    assert all(prev["end"] <= nxt["start"] for prev, nxt in itertools.pairwise(records))
     assert records[-1]["end"] - records[0]["start"] >= 4 * 0.5
 
 

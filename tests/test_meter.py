@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -227,9 +228,9 @@ def test_parse_openai_counts_logprob_tokens_not_chunks() -> None:
     assert sample.ttft_s == pytest.approx(0.01)  # the role-only chunk carries no token
     assert sample.decode_tok_s == pytest.approx(200.0)
     assert sample.spec_accept_length is None and "OpenAI stream" in (sample.spec_note or "")
-    with pytest.raises(MeterError, match="logprobs count 3 tokens but usage.completion_tokens is 4"):
+    with pytest.raises(MeterError, match=re.escape("logprobs count 3 tokens but usage.completion_tokens is 4")):
         parse_openai(chat_events([["a"], ["b", "c"]], usage=4), CTX, chat=True)
-    with pytest.raises(MeterError, match="no usage.completion_tokens"):
+    with pytest.raises(MeterError, match=re.escape("no usage.completion_tokens")):
         parse_openai(chat_events([["a"], ["b", "c"]], usage=None), CTX, chat=True)
     with pytest.raises(MeterError, match="carries text but no logprobs"):
         parse_openai(chat_events([["a"], ["b", "c"]], usage=3, logprobs=False), CTX, chat=True)

@@ -95,6 +95,7 @@ class Comparison:
     n_baseline: int
     n_current: int
     alpha: float = DEFAULT_ALPHA
+    min_samples: int = MIN_SAMPLES
 
     @property
     def ci_level(self) -> float:
@@ -107,7 +108,7 @@ class Comparison:
         if self.outcome is MetricOutcome.INSUFFICIENT:
             return (
                 f"{self.metric} NOT JUDGED: too few samples to reach p<{self.alpha:g} ({n}; need >= "
-                f"{MIN_SAMPLES} on each side, more for a smaller alpha); this is not a pass, record more"
+                f"{self.min_samples} on each side, more for a smaller alpha); this is not a pass, record more"
             )
         verb = {
             MetricOutcome.REGRESSION: "regressed",
@@ -137,10 +138,13 @@ def compare_samples(
     direction: Direction | None = None,
     threshold: float | None = None,
     alpha: float | None = None,
+    min_samples: int = MIN_SAMPLES,
 ) -> Comparison:
     """Judge ``current`` against ``baseline`` samples of ``metric``.
 
     The test and its CI are exact: nothing here is random, equal inputs give equal verdicts.
+    ``min_samples`` lowers the per-side minimum for a sequentially stopped run
+    (`sglperf.baselines.sequential`), whose smaller ``alpha`` the exact test must still reach.
     """
     direction, threshold, alpha = _resolve(metric, direction, threshold, alpha)
     base, cur = _validate(metric, "baseline", baseline), _validate(metric, "current", current)
@@ -165,9 +169,10 @@ def compare_samples(
         n_baseline=m,
         n_current=n,
         alpha=alpha,
+        min_samples=min_samples,
     )
     # Below this the exact test cannot reach alpha at all: judging would be a silent pass.
-    if min(m, n) < MIN_SAMPLES or 1.0 / math.comb(m + n, n) >= alpha:
+    if min(m, n) < min_samples or 1.0 / math.comb(m + n, n) >= alpha:
         return unjudged
 
     log_base, log_cur = np.log(base), np.log(cur)

@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from sglperf.judge.intent import judge
-from sglperf.model.intent_names import PREFILL_CUDA_GRAPH, VISION_WEIGHTS_SKIPPED
+from sglperf.model.intent_names import DECODE_CUDA_GRAPH, PREFILL_CUDA_GRAPH, VISION_WEIGHTS_SKIPPED
 from sglperf.model.resolution import EffectiveArgs, LogLine, ModelFacts, strip_ansi
 from sglperf.model.server_facts import ServerFacts
 from sglperf.model.verdict import Status, Verdict
@@ -47,6 +47,37 @@ def _prefill_graph_evidence(verdict: Verdict, facts: ServerFacts) -> Verdict:
             status=Status.FAIL,
             actual="on in args, no graph captured",
             detail=f"{verdict.detail}; but {evidence}: the prefill CUDA graph was never captured",
+        )
+    return replace(verdict, detail=f"{verdict.detail}; {evidence}")
+
+
+def _decode_graph_evidence(verdict: Verdict, facts: ServerFacts) -> Verdict:
+    """The decode graph the server captured: ``internal_states[..].decode_cuda_graph_bs``. Args can say
+    "full" where nothing runs (on a CPU server the backend is not what decides), so a server whose args
+    say on but that captured no decode graph fails."""
+    graph = facts.decode_graph
+    if graph is None:
+        return replace(
+            verdict, reasons=(*verdict.reasons, "the server reports no captured decode graph sizes on this release")
+        )
+    sizes, memory = graph
+    shown = f"[{', '.join(map(str, sizes))}]" if len(sizes) <= 8 else f"{len(sizes)} sizes [{sizes[0]}..{sizes[-1]}]"
+    evidence = f"internal_states[0].decode_cuda_graph_bs = {shown}" + (
+        f", decode_cuda_graph_memory_gb = {memory:.2f}" if memory is not None else ""
+    )
+    if verdict.status == Status.PASS and verdict.expected == "on" and not sizes:
+        return replace(
+            verdict,
+            status=Status.FAIL,
+            actual="on in args, no graph captured",
+            detail=f"{verdict.detail}; but {evidence}: no decode graph was captured",
+        )
+    if verdict.status == Status.PASS and verdict.expected == "off" and sizes:
+        return replace(
+            verdict,
+            status=Status.FAIL,
+            actual="off in args, graph captured",
+            detail=f"{verdict.detail}; but {evidence}: a decode graph was captured",
         )
     return replace(verdict, detail=f"{verdict.detail}; {evidence}")
 
@@ -119,6 +150,8 @@ def check(
         if verdict.status != Status.ERROR:
             if name == PREFILL_CUDA_GRAPH:
                 verdict = _prefill_graph_evidence(verdict, facts)
+            elif name == DECODE_CUDA_GRAPH:
+                verdict = _decode_graph_evidence(verdict, facts)
             elif name == VISION_WEIGHTS_SKIPPED:
                 mtp = facts.effective.get(Speculative.FIELDS["algorithm"]) is not None
                 verdict = _vision_evidence(verdict, facts, config, tp, mtp, proven=model is not None)

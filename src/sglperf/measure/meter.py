@@ -2,10 +2,17 @@
 
 Definitions of the numbers are in `sglperf.measure.samples`; parsing in `sglperf.measure.stream`.
 
-To keep client overhead out of these numbers, the receive loop only stamps each network read with
+To keep client overhead out of these numbers, the request (body, headers) is built before the
+clock starts and the clock's zero is taken immediately before the HTTP client sends it, on both
+the native and the OpenAI endpoints (sent with the same HTTP client: the OpenAI SDK would build
+and validate the request after the zero); the receive loop only stamps each network read with
 ``perf_counter`` (an SSE event gets the time of the read that completed it); splitting, decoding and
 JSON happen after the whole batch of concurrent requests has ended, so handling one finished stream
 never delays the stamps of another still running. Garbage collection is paused while streaming.
+So TTFT runs from the client's send to the read that delivered the first token-carrying chunk.
+
+``run_workload`` takes an optional ``on_round`` callback, called with the result so far after every
+measured round; returning True stops the loop there (sequential stopping, decided by the caller).
 
 Anything that would make a number untrustworthy (HTTP error, malformed or truncated stream, stall,
 counts that disagree, a length other than the workload's) raises :class:`MeterError`.
@@ -23,39 +30,37 @@ from typing import Any, TypeVar
 
 import httpx
 import numpy as np
-import openai
 
 from sglperf.measure.prompts import Prompt, PromptSet
-from sglperf.measure.samples import MeterError, RequestSample, RequestSummary, WorkloadResult, metric_values
+from sglperf.measure.samples import (
+    MeterError,
+    RequestSample,
+    RequestSummary,
+    RoundStats,
+    WorkloadResult,
+    metric_values,
+    round_metric_values,
+    round_stats,
+)
 from sglperf.measure.stream import RequestContext, parse_native, parse_openai, sse_events
 from sglperf.model.deployment import Workload
-from sglperf.model.metrics import METRIC_NAMES
+from sglperf.model.metrics import METRIC_NAMES, METRICS
 from sglperf.sglang.server_api import FLUSH_CACHE_PATH, GENERATE_PATHS, SERVER_INFO_PATHS
-
-try:  # openai 3.x talks through httpx2, older releases through httpx
-    import httpx2
-
-    _HTTP_ERRORS: tuple[type[Exception], ...] = (httpx.HTTPError, httpx2.HTTPError, openai.APIError)
-    _READ_TIMEOUTS: tuple[type[Exception], ...] = (httpx.ReadTimeout, httpx2.ReadTimeout, openai.APITimeoutError)
-    _CONNECT_ERRORS: tuple[type[Exception], ...] = (httpx.ConnectError, httpx2.ConnectError, openai.APIConnectionError)
-except ImportError:
-    _HTTP_ERRORS = (httpx.HTTPError, openai.APIError)
-    _READ_TIMEOUTS = (httpx.ReadTimeout, openai.APITimeoutError)
-    _CONNECT_ERRORS = (httpx.ConnectError, openai.APIConnectionError)
 
 T = TypeVar("T")
 DEFAULT_TIMEOUT_S = 600.0  # a whole request; long outputs at low rates take minutes
 DEFAULT_CHUNK_TIMEOUT_S = 60.0  # silence between two chunks (covers a long prefill) before it is a stall
 DEFAULT_MODEL = "default"  # SGLang serves one model and does not check the name
 
+FLUSH_ATTEMPTS = 20  # SGLang refuses a flush while a finished request is still being retired
+FLUSH_RETRY_S = 0.05
+
 
 def _transport_problem(exc: BaseException, reads: Sequence[tuple[float, bytes]], chunk_timeout_s: float) -> str:
     events = _count_events(reads)
-    if isinstance(exc, _READ_TIMEOUTS):
+    if isinstance(exc, httpx.ReadTimeout):
         return f"stall: no data for {chunk_timeout_s:g} s after {events}"
-    if isinstance(exc, openai.APIStatusError):
-        return f"HTTP {exc.status_code}: {exc.message}"[:500]
-    if isinstance(exc, _CONNECT_ERRORS) and not reads:
+    if isinstance(exc, httpx.ConnectError) and not reads:
         return f"cannot connect: {type(exc).__name__}: {exc}"
     return f"connection dropped after {events} ({type(exc).__name__}: {exc})"
 
@@ -64,6 +69,7 @@ def _transport_problem(exc: BaseException, reads: Sequence[tuple[float, bytes]],
 class RawResponse:
     ctx: RequestContext
     reads: tuple[tuple[float, bytes], ...]  # (seconds since sent, bytes of one network read)
+    sent_at: float  # perf_counter when the request was sent: the zero of the read stamps
 
 
 class _Session:
@@ -82,22 +88,16 @@ class _Session:
         self.base_url, self.workload, self.model = base_url, workload, model
         self.timeout_s, self.chunk_timeout_s = timeout_s, chunk_timeout_s
         timeout = httpx.Timeout(30.0, read=chunk_timeout_s)
-        oai_timeout = openai.Timeout(30.0, read=chunk_timeout_s)  # httpx or httpx2, as this openai uses
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        # OpenAI-compatible servers expect a bearer token even when they do not check it.
+        token = api_key or ("EMPTY" if workload.api != "native" else None)
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        # No retries anywhere: a retried request would hide the failure and skew the timing.
         self.http = httpx.AsyncClient(
             base_url=base_url, headers=headers, timeout=timeout, limits=httpx.Limits(max_connections=concurrency + 4)
         )
-        self.oai: openai.AsyncOpenAI | None = None
-        if workload.api != "native":
-            # No retries: a retried request would hide the failure and skew the timing.
-            self.oai = openai.AsyncOpenAI(
-                base_url=f"{base_url}/v1", api_key=api_key or "EMPTY", max_retries=0, timeout=oai_timeout
-            )
 
     async def close(self) -> None:
         await self.http.aclose()
-        if self.oai is not None:
-            await self.oai.close()
 
     def context(self, prompt: Prompt, request_id: str, repeat: int) -> RequestContext:
         url = self.base_url + GENERATE_PATHS[self.workload.api]
@@ -107,19 +107,25 @@ class _Session:
         """Send one request and stamp its stream; transport failures raise MeterError here."""
         ctx = self.context(prompt, request_id, repeat)
         reads: list[tuple[float, bytes]] = []
+        request = self.http.build_request("POST", GENERATE_PATHS[self.workload.api], json=self.body(prompt))
         try:
             async with asyncio.timeout(self.timeout_s):
-                if self.workload.api == "native":
-                    await self._native(prompt, reads, ctx)
-                else:
-                    await self._openai(prompt, reads)
+                sent_at = time.perf_counter()  # the zero: the request is built, the client sends it now
+                response = await self.http.send(request, stream=True)
+                try:
+                    if response.status_code != 200:
+                        text = (await response.aread()).decode(errors="replace")
+                        raise ctx.error(f"HTTP {response.status_code}: {text[:300]}")
+                    await _stamp_reads(response.aiter_bytes(), sent_at, reads)
+                finally:
+                    await response.aclose()
         except MeterError:
             raise
         except TimeoutError:
             raise ctx.error(f"no complete answer within {self.timeout_s:g} s ({_count_events(reads)})") from None
-        except _HTTP_ERRORS as exc:
+        except httpx.HTTPError as exc:
             raise ctx.error(_transport_problem(exc, reads, self.chunk_timeout_s)) from None
-        return RawResponse(ctx, tuple(reads))
+        return RawResponse(ctx, tuple(reads), sent_at)
 
     def parse(self, raw: RawResponse) -> RequestSample:
         events = sse_events(raw.reads)
@@ -127,47 +133,40 @@ class _Session:
             return parse_native(events, raw.ctx)
         return parse_openai(events, raw.ctx, chat=self.workload.api == "openai-chat")
 
-    async def _native(self, prompt: Prompt, reads: list[tuple[float, bytes]], ctx: RequestContext) -> None:
-        body = {
-            "text": prompt.text,
-            "stream": True,
-            "sampling_params": {"max_new_tokens": self.workload.output_len, "temperature": 0, "ignore_eos": True},
-        }
-        t0 = time.perf_counter()
-        async with self.http.stream("POST", GENERATE_PATHS["native"], json=body) as response:
-            if response.status_code != 200:
-                text = (await response.aread()).decode(errors="replace")
-                raise ctx.error(f"HTTP {response.status_code}: {text[:300]}")
-            await _stamp_reads(response.aiter_bytes(), t0, reads)
-
-    async def _openai(self, prompt: Prompt, reads: list[tuple[float, bytes]]) -> None:
-        assert self.oai is not None
+    def body(self, prompt: Prompt) -> dict[str, Any]:
+        """The request body: greedy, exactly ``output_len`` tokens, streamed, with token counts."""
+        if self.workload.api == "native":
+            return {
+                "text": prompt.text,
+                "stream": True,
+                "sampling_params": {"max_new_tokens": self.workload.output_len, "temperature": 0, "ignore_eos": True},
+            }
         common: dict[str, Any] = {
             "model": self.model,
             "stream": True,
             "temperature": 0,
             "max_tokens": self.workload.output_len,
             "stream_options": {"include_usage": True},
-            "extra_body": {"ignore_eos": True, "return_spec_tokens_details": True},
+            "ignore_eos": True,  # SGLang extensions, top-level fields as the OpenAI SDK's extra_body sends them
+            "return_spec_tokens_details": True,
         }
-        t0 = time.perf_counter()
-        # The raw response, not the parsed stream: per-chunk pydantic parsing would delay the stamps.
         if self.workload.api == "openai-chat":
-            stream = self.oai.chat.completions.with_streaming_response.create(
-                messages=prompt.chat_messages(),  # type: ignore[arg-type]  # role is checked when prompts load
-                logprobs=True,
-                **common,
-            )
-        else:
-            stream = self.oai.completions.with_streaming_response.create(prompt=prompt.text, logprobs=0, **common)
-        async with stream as response:
-            await _stamp_reads(response.iter_bytes(), t0, reads)
+            # logprobs: one entry per token in every chunk, so tokens per chunk are counted, not guessed.
+            return {**common, "messages": prompt.chat_messages(), "logprobs": True}
+        return {**common, "prompt": prompt.text, "logprobs": 0}
 
     async def flush_cache(self) -> None:
-        try:
-            response = await self.http.post(FLUSH_CACHE_PATH)
-        except httpx.HTTPError as exc:
-            raise MeterError(f"{self.base_url}{FLUSH_CACHE_PATH}: {type(exc).__name__}: {exc}") from None
+        # SGLang answers 400 while its scheduler has not yet retired a request whose stream already ended
+        # ("Cache not flushed because there are pending requests", seen with speculative decoding on a
+        # real CPU server right after a round): ask again for a moment before calling it a failure.
+        for attempt in range(FLUSH_ATTEMPTS):
+            try:
+                response = await self.http.post(FLUSH_CACHE_PATH)
+            except httpx.HTTPError as exc:
+                raise MeterError(f"{self.base_url}{FLUSH_CACHE_PATH}: {type(exc).__name__}: {exc}") from None
+            if response.status_code != 400 or attempt == FLUSH_ATTEMPTS - 1:
+                break
+            await asyncio.sleep(FLUSH_RETRY_S)
         if response.status_code != 200:
             raise MeterError(f"{self.base_url}{FLUSH_CACHE_PATH}: HTTP {response.status_code}: {response.text[:300]}")
 
@@ -238,6 +237,9 @@ async def _bounded(limit: asyncio.Semaphore, jobs: Sequence[Callable[[], Awaitab
         raise
 
 
+RoundCallback = Callable[[WorkloadResult], bool]
+
+
 async def run_workload(
     base_url: str,
     workload: Workload,
@@ -248,11 +250,14 @@ async def run_workload(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     chunk_timeout_s: float = DEFAULT_CHUNK_TIMEOUT_S,
     model: str = DEFAULT_MODEL,
+    on_round: RoundCallback | None = None,
 ) -> WorkloadResult:
-    """Warm up, then ``workload.repeats`` rounds over every prompt with ``concurrency`` requests in flight.
+    """Warm up, then up to ``workload.repeats`` rounds over every prompt with ``concurrency`` in flight.
 
     Unless the workload reuses the prefix cache, the cache is flushed before every measured round so
-    no round benefits from the previous one (or from the warm-up).
+    no round benefits from the previous one (or from the warm-up). ``on_round``, when given, sees the
+    result so far after each round (without the server's acceptance, read once at the end) and
+    stops the loop by returning True; without it every round runs.
     """
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
@@ -264,17 +269,26 @@ async def run_workload(
     def job(prompt: Prompt, request_id: str, repeat: int) -> Callable[[], Awaitable[RawResponse]]:
         return lambda: session.fetch(prompt, request_id, repeat)
 
+    samples: list[RequestSample] = []
+    rounds: list[RoundStats] = []
     try:
         items = prompts.prompts
         warm = [job(items[i % len(items)], f"{workload.id}/warmup{i}", -1) for i in range(workload.warmup)]
         for raw in await _bounded(limit, warm):
             session.parse(raw)  # a broken warm-up answer is as much an error as a measured one
-        samples: list[RequestSample] = []
         for r in range(workload.repeats):
             if not workload.reuse_prefix_cache:
                 await session.flush_cache()
             raws = await _bounded(limit, [job(p, f"{workload.id}/r{r}/{p.id}", r) for p in items])
-            samples += [session.parse(raw) for raw in raws]
+            parsed = [session.parse(raw) for raw in raws]
+            samples += parsed
+            rounds.append(round_stats(r, [raw.sent_at for raw in raws], parsed))
+            if on_round is not None and r + 1 < workload.repeats:
+                partial = _result(
+                    base_url, workload, prompts, concurrency, tuple(samples), tuple(rounds), None, None, 0.0
+                )
+                if on_round(partial):
+                    break
         server_accept, server_note = await session.server_accept_length()
     finally:
         await session.close()
@@ -284,6 +298,7 @@ async def run_workload(
         prompts,
         concurrency,
         tuple(samples),
+        tuple(rounds),
         server_accept,
         server_note,
         time.perf_counter() - started,
@@ -296,6 +311,7 @@ def _result(
     prompts: PromptSet,
     concurrency: int,
     samples: tuple[RequestSample, ...],
+    rounds: tuple[RoundStats, ...],
     server_accept: float | None,
     server_note: str | None,
     wall_s: float,
@@ -310,7 +326,13 @@ def _result(
         notes.append(next((s.spec_note for s in samples if s.spec_note), "no spec stats"))
     if server_note:
         notes.append(f"server: {server_note}")
-    summary = {m: RequestSummary.of(values) for m in METRIC_NAMES if (values := metric_values(samples, m))}
+    summary = {
+        m: RequestSummary.of(values)
+        for m in METRIC_NAMES
+        if (
+            values := round_metric_values(rounds, concurrency, m) if METRICS[m].per_round else metric_values(samples, m)
+        )
+    }
     return WorkloadResult(
         base_url,
         workload.id,
@@ -325,6 +347,7 @@ def _result(
         server_accept,
         "; ".join(notes) or None,
         wall_s,
+        rounds,
     )
 
 
@@ -338,6 +361,7 @@ def measure(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     chunk_timeout_s: float = DEFAULT_CHUNK_TIMEOUT_S,
     model: str = DEFAULT_MODEL,
+    on_round: RoundCallback | None = None,
 ) -> WorkloadResult:
     """Synchronous :func:`run_workload` (runs its own event loop)."""
     return asyncio.run(
@@ -350,5 +374,6 @@ def measure(
             timeout_s=timeout_s,
             chunk_timeout_s=chunk_timeout_s,
             model=model,
+            on_round=on_round,
         )
     )

@@ -6,6 +6,22 @@ Definitions, per request (times in seconds from just before the request is sent)
 * decode tok/s: tokens after the first chunk / (last chunk time - first chunk time). The first
   chunk is excluded because its tokens come from prefill, not from the decode loop.
 * ITL: the same window per token, (last - first) / tokens after the first chunk = 1 / decode tok/s.
+
+TTFT is measured from the client's send to the first token-carrying chunk: the request (JSON body,
+headers) is built before the clock starts, and the clock's zero is taken immediately before the
+HTTP client writes it, so request building is out; waiting for a concurrency slot is out too (each
+request has its own zero). What is in: the network, the server's queueing, tokenization and
+prefill, and the read that delivers the chunk. Chunks are stamped on the network read that
+completes them; SSE splitting and JSON parsing happen after the whole round has ended.
+
+Per round, at concurrency > 1 (`RoundStats`):
+
+* output tok/s: the round's completion tokens / its wall time, from the first request's send to the
+  last token-carrying chunk of any request;
+* req/s: the round's requests / the same wall time.
+
+At concurrency 1 these are absent: the round's wall time would be the sum of its requests' E2E
+plus the client's gaps between them, a number E2E and decode already describe, with client time in it.
 """
 
 from __future__ import annotations
@@ -16,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from sglperf.model.metrics import METRIC_NAMES
+from sglperf.model.metrics import METRIC_NAMES, METRICS
 
 SERVER_ACCEPT_CAVEAT = (
     "server value is a running average since the server started (warm-up and other "
@@ -95,6 +111,33 @@ def chunks_from_cumulative(times: Sequence[float], cumulative: Sequence[int]) ->
 
 
 @dataclass(frozen=True)
+class RoundStats:
+    """One measured round over the prompt set: its requests, tokens, and wall time."""
+
+    round: int
+    requests: int
+    completion_tokens: int
+    wall_s: float  # first request's send to the last token-carrying chunk of any request
+
+
+def round_stats(index: int, sent_at: Sequence[float], samples: Sequence[RequestSample]) -> RoundStats:
+    """A round's totals from each request's send time (perf_counter) and its sample."""
+    ends = [t0 + (s.chunks[-1].t if s.chunks else s.e2e_s) for t0, s in zip(sent_at, samples, strict=True)]
+    wall = max(ends) - min(sent_at) if samples else 0.0
+    return RoundStats(index, len(samples), sum(s.completion_tokens for s in samples), wall)
+
+
+def round_metric_values(rounds: Sequence[RoundStats], concurrency: int, metric: str) -> tuple[float, ...]:
+    """One value per round of a per-round metric (none at concurrency 1; see the module docstring)."""
+    if metric not in METRICS or not METRICS[metric].per_round:
+        raise KeyError(f"{metric!r} is not a per-round metric")
+    if concurrency <= 1:
+        return ()
+    per_request = metric == "request_s"
+    return tuple((r.requests if per_request else r.completion_tokens) / r.wall_s for r in rounds if r.wall_s > 0)
+
+
+@dataclass(frozen=True)
 class RequestSummary:
     median: float
     p10: float
@@ -128,6 +171,7 @@ class WorkloadResult:
     server_accept_length: float | None  # server-wide running average, see SERVER_ACCEPT_CAVEAT
     accept_note: str | None  # why an acceptance value is missing
     wall_s: float
+    rounds: tuple[RoundStats, ...] = ()  # measured rounds, in order
 
     def to_record(self) -> dict[str, Any]:
         record = {k: v for k, v in asdict(self).items() if k not in ("samples", "summary")}
@@ -138,8 +182,10 @@ class WorkloadResult:
 
 
 def metric_values(samples: Sequence[RequestSample], metric: str) -> tuple[float, ...]:
-    """Per-request values of one metric, skipping requests where it is undefined."""
+    """Per-request values of one metric, skipping requests where it is undefined (per-round metrics: none)."""
     if metric not in METRIC_NAMES:
         raise KeyError(f"unknown metric {metric!r}; known: {', '.join(METRIC_NAMES)}")
+    if METRICS[metric].per_round:
+        return ()
     attr = "spec_accept_length" if metric == "accept_length" else metric
     return tuple(v for s in samples if (v := getattr(s, attr)) is not None)

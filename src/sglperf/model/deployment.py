@@ -45,16 +45,59 @@ class Model(_Strict):
     config: FilePath = Field(description="config.json used by preflight, relative to the deployment file")
 
 
+GPU_PROFILE_FIELDS = ("gpu_count", "gpu_name", "compute_capability", "memory_gib")
+
+
 class RunnerProfile(_Strict):
+    """The machine a deployment runs on: its GPUs (``device = "cuda"``, the default), or no GPU at all
+    (``device = "cpu"``: a real SGLang server on this CPU, ``--device cpu``; no GPU field is allowed)."""
+
     name: Slug
-    gpu_count: int = Field(ge=1, le=64)
-    gpu_name: str = Field(min_length=1)
-    compute_capability: str = Field(pattern=r"^\d{1,2}\.\d$")
-    memory_gib: float = Field(gt=0, le=4096)
+    device: Literal["cuda", "cpu"] = "cuda"
+    gpu_count: int = Field(default=0, ge=0, le=64)
+    gpu_name: str = ""
+    compute_capability: str | None = Field(default=None, pattern=r"^\d{1,2}\.\d$")
+    memory_gib: float = Field(default=0.0, ge=0, le=4096)
     sm_count: int | None = Field(default=None, ge=1)
+    # Memory bandwidth per GPU (GB/s) for the decode roofline; default: the vendor figure for gpu_name
+    # (sglperf.model.hardware). Not part of what preflight simulates.
+    memory_bandwidth_gbs: float | None = Field(default=None, gt=0, le=100_000)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fields_for_device(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        if data.get("device", "cuda") == "cpu":
+            gpu = [f for f in (*GPU_PROFILE_FIELDS, "sm_count") if f in data]
+            if gpu:
+                raise ValueError(f'a CPU runner (device = "cpu") has no GPUs: remove {", ".join(gpu)}')
+            return data
+        missing = [f for f in GPU_PROFILE_FIELDS if f not in data]
+        if missing:
+            raise ValueError(
+                f"{', '.join(missing)}: required field is missing (a GPU runner needs "
+                f'{", ".join(GPU_PROFILE_FIELDS)}; device = "cpu" for a CPU runner)'
+            )
+        return data
+
+    @model_validator(mode="after")
+    def _gpu_values(self) -> RunnerProfile:
+        if self.device == "cuda":
+            if self.gpu_count < 1:
+                raise ValueError("gpu_count: a GPU runner has at least 1 GPU")
+            if not self.gpu_name.strip():
+                raise ValueError("gpu_name: must not be empty")
+            if self.memory_gib <= 0:
+                raise ValueError("memory_gib: must be greater than 0")
+        return self
+
+    @property
+    def is_cpu(self) -> bool:
+        return self.device == "cpu"
 
     def as_probe_profile(self) -> dict[str, Any]:
-        return self.model_dump(exclude_none=True)
+        return self.model_dump(exclude_none=True, exclude={"memory_bandwidth_gbs"})
 
 
 class Speculative(_Strict):
@@ -129,11 +172,27 @@ class Workload(_Strict):
     output_len: int = Field(default=256, ge=1)
     concurrency: list[int] = Field(default_factory=lambda: [1])
     warmup: int = Field(default=2, ge=0)
-    repeats: int = Field(default=12, ge=1, description="rounds over the prompt set; each round is one sample")
+    repeats: int = Field(
+        default=12, ge=1, description="rounds over the prompt set; each round is one sample (the most a run measures)"
+    )
+    sequential: bool = Field(
+        default=True, description="stop measuring once the verdict against the baseline is clear (baselines.sequential)"
+    )
+    min_repeats: int = Field(default=3, ge=2, description="rounds a sequential run measures at least")
     api: Literal["native", "openai-chat", "openai-completions"] = "native"
     reuse_prefix_cache: bool = False
     stall_timeout_s: float = Field(default=60.0, gt=0, description="silence between two chunks that counts as a stall")
     thresholds: dict[str, float] = Field(default_factory=dict, description="relative regression floors per metric")
+
+    @model_validator(mode="after")
+    def _rounds(self) -> Workload:
+        # The default min_repeats yields to a smaller repeats (such a run simply never stops early).
+        if self.sequential and "min_repeats" in self.model_fields_set and self.min_repeats > self.repeats:
+            raise ValueError(
+                f"min_repeats: {self.min_repeats} exceeds repeats {self.repeats} (repeats is the most rounds a "
+                "sequential run measures, min_repeats the fewest); lower min_repeats or set sequential = false"
+            )
+        return self
 
     @field_validator("concurrency")
     @classmethod
@@ -189,7 +248,9 @@ class Deployment(_Strict):
                     raise ValueError(
                         f"variants[{i}].speculative: merged with [launch.speculative] it is incomplete: {problems}"
                     ) from None
-        if self.launch.tp_size > self.runner.gpu_count:
+        if self.runner.is_cpu and self.launch.tp_size != 1:
+            raise ValueError(f"launch.tp_size: a CPU runner serves with tp_size 1, not {self.launch.tp_size}")
+        if not self.runner.is_cpu and self.launch.tp_size > self.runner.gpu_count:
             raise ValueError(f"launch.tp_size: {self.launch.tp_size} exceeds runner.gpu_count {self.runner.gpu_count}")
         return self
 
@@ -261,20 +322,22 @@ def _describe(error: ErrorDetails, raw: dict[str, Any]) -> str:
     return f"{where}: {message}"
 
 
-def _read_text(path: Path, what: str) -> str:
-    """A file's text, or DeploymentError naming it (`what` says which file and field, for the message)."""
+def _read_text(path: Path, where: str = "") -> str:
+    """A file's text, or DeploymentError naming it (`where`: the deployment file and field that name it)."""
+
+    def error(problem: str) -> DeploymentError:
+        return DeploymentError(f"{where}: {path}: {problem}" if where else f"{path}: {problem}")
+
     try:
         return path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise DeploymentError(f"{what}: {path} does not exist") from None
+        raise error("does not exist") from None
     except IsADirectoryError:
-        raise DeploymentError(f"{what}: {path} is a directory, not a file") from None
+        raise error("is a directory, not a file") from None
     except UnicodeDecodeError as exc:
-        raise DeploymentError(
-            f"{what}: {path} is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start})"
-        ) from None
+        raise error(f"not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start})") from None
     except (OSError, ValueError) as exc:  # permissions, a NUL byte in the path, ...
-        raise DeploymentError(f"{what}: cannot read {path}: {exc}") from None
+        raise error(f"cannot read it: {exc}") from None
 
 
 def load(path: str | Path) -> Deployment:
@@ -282,7 +345,7 @@ def load(path: str | Path) -> Deployment:
     path = Path(path)
     if not path.exists() and not path.is_symlink():
         raise DeploymentError(f"{path}: no such deployment file")
-    text = _read_text(path, f"{path}: deployment file")
+    text = _read_text(path)
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -71,6 +71,30 @@ class MetricComparison(BaseModel):
     n_current: int
 
 
+class Roofline(_Strict):
+    """Decode tok/s against the memory-bandwidth limit (`sglperf.baselines.roofline` has the formula)."""
+
+    gpu: str
+    bandwidth_gbs: float
+    bandwidth_source: str
+    weight_bytes_per_gpu: int
+    weight_source: str
+    tokens_per_step: float
+    tokens_per_step_source: str
+    limit_tok_s: float
+    measured_tok_s: float
+    fraction: float
+
+
+class Rounds(_Strict):
+    """How many rounds a measurement used, and why it stopped there."""
+
+    used: int
+    budget: int  # the workload's repeats
+    sequential: bool  # a sequential plan decided when to stop
+    reason: str = ""
+
+
 class MeasurementRecord(BaseModel):
     """One (variant, workload, concurrency): samples, summaries, baseline verdict and provenance."""
 
@@ -93,6 +117,9 @@ class MeasurementRecord(BaseModel):
     notes: list[str] = Field(default_factory=list)
     problems: list[str] = Field(default_factory=list)  # why the item fails, one line each
     changes: list[str] = Field(default_factory=list)  # what a baseline refresh changed
+    rounds: Rounds | None = None  # None in records written before sequential stopping
+    roofline: Roofline | None = None
+    roofline_note: str | None = None  # why there is no roofline
     skip_reason: str | None = Field(default=None, exclude=True)  # the item skips (policy "skip")
 
     @property
@@ -111,6 +138,8 @@ class MeasurementRecord(BaseModel):
             medians=self.medians,
             outcomes=self.outcomes,
             changes=self.changes,
+            rounds=self.rounds.used if self.rounds else None,
+            rounds_budget=self.rounds.budget if self.rounds else None,
         )
 
 
@@ -125,3 +154,5 @@ class MeasurementRow(BaseModel):
     medians: dict[str, float]
     outcomes: dict[str, MetricOutcome]
     changes: list[str]
+    rounds: int | None = None
+    rounds_budget: int | None = None

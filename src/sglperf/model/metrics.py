@@ -37,6 +37,8 @@ class Metric:
     # noise (`sglperf.baselines.stats` explains the numbers).
     default_threshold: float
     label: str  # column heading in tables
+    # Per round (one value per round over all its requests) rather than a mean over per-request values.
+    per_round: bool = False
 
 
 METRICS: dict[str, Metric] = {
@@ -52,6 +54,12 @@ METRICS: dict[str, Metric] = {
         Metric("e2e_s", "s", Direction.LOWER_IS_BETTER, 0.05, "E2E s"),
         # A mean over thousands of draft steps: low noise, sensitive to model changes.
         Metric("accept_length", "tok/step", Direction.HIGHER_IS_BETTER, 0.03, "accept"),
+        # Concurrency > 1 only: a round's completion tokens (requests) over its wall time, first send
+        # to last token. The wall time is the batch's end-to-end latency (prefill of every request,
+        # the decode loop, the tail of the last stream), so it gets E2E's floor. req/s is tok/s over
+        # output_len (every request must produce exactly output_len tokens): the same verdict.
+        Metric("output_tok_s", "tok/s", Direction.HIGHER_IS_BETTER, 0.05, "output tok/s", per_round=True),
+        Metric("request_s", "req/s", Direction.HIGHER_IS_BETTER, 0.05, "req/s", per_round=True),
     )
 }
 METRIC_NAMES = tuple(METRICS)

@@ -32,3 +32,20 @@ class ServerFacts:
             if isinstance(weight, (int, float)):
                 return float(weight)
         return None
+
+    @property
+    def device(self) -> str:
+        """``cuda`` unless the server says otherwise (``device = "cpu"``: a CPU server, not GPU results)."""
+        return str(self.effective.get("device") or "cuda")
+
+    @property
+    def decode_graph(self) -> tuple[tuple[int, ...], float | None] | None:
+        """(captured decode graph batch sizes, their memory in GB) of the first rank, from
+        ``internal_states[..].decode_cuda_graph_bs``; None on releases that do not report it."""
+        for state in self.internal_states:
+            sizes = state.get("decode_cuda_graph_bs")
+            if isinstance(sizes, list):
+                memory = state.get("decode_cuda_graph_memory_gb")
+                gb = float(memory) if isinstance(memory, (int, float)) else None
+                return tuple(int(s) for s in sizes if isinstance(s, int)), gb
+        return None

@@ -95,7 +95,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     add(
         "--sglang-url",
         metavar="URL",
-        help=f"check and measure a server that is already running (or ${ATTACH_URL_ENV}): nothing is launched or stopped",
+        help=f"check and measure a server that is already running (or ${ATTACH_URL_ENV}); nothing is launched "
+        "or stopped",
     )
     add(
         "--sglang-url-gpus",

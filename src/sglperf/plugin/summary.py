@@ -44,7 +44,7 @@ class RunSummary:
             emulated = any(r.emulated for r in self.rows)
             tr.section("sglperf measurements" + (" (EMULATOR: a test double, not GPU results)" if emulated else ""))
             headings = [_heading(metric, scale, fmt) for metric, scale, fmt in COLUMNS]
-            tr.write_line(f"{'item':44} {' '.join(headings)}  baseline")
+            tr.write_line(f"{'item':44} {' '.join(headings)} {'rounds':>6}  baseline")
             for row in sorted(self.rows, key=lambda r: r.key):
                 tr.write_line(summary_line(row))
             changes = [c for r in self.rows for c in r.changes]
@@ -77,4 +77,5 @@ def summary_line(row: MeasurementRow) -> str:
         else row.status.value
     )
     cells = [format(row.medians.get(metric, math.nan) * scale, fmt) for metric, scale, fmt in COLUMNS]
-    return f"{row.key:44} {' '.join(cells)}  {verdict}"
+    rounds = f"{row.rounds}/{row.rounds_budget}" if row.rounds is not None else "-"
+    return f"{row.key:44} {' '.join(cells)} {rounds:>6}  {verdict}"

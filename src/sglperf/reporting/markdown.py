@@ -5,7 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from sglperf.baselines import roofline
+from sglperf.baselines.changepoint import Drift
+from sglperf.model.measurement import MeasurementRecord
 from sglperf.reporting import plots
+from sglperf.reporting.history import drifts_in
+from sglperf.reporting.history import history as points
 from sglperf.reporting.run_results import RunResults, collect
 
 REPORT_NAME = "report.md"
@@ -17,9 +22,34 @@ def _fmt(value: object) -> str:
     return "-" if value is None else str(value)
 
 
-def markdown(run: RunResults, plot_files: Mapping[str, Sequence[Path]] | None = None) -> str:
-    """Per variant: intents with verdicts, then metrics against the baseline."""
+def _rounds_line(m: MeasurementRecord) -> str | None:
+    if m.rounds is None:
+        return None
+    how = "sequential" if m.rounds.sequential else "fixed"
+    reason = f": {m.rounds.reason}" if m.rounds.reason else ""
+    return f"Rounds: {m.rounds.used} of {m.rounds.budget} ({how}{reason})"
+
+
+def _roofline_line(m: MeasurementRecord) -> str | None:
+    r = m.roofline
+    if r is None:
+        return f"Roofline: not computed ({m.roofline_note})" if m.roofline_note else None
+    return (
+        f"Roofline: decode {r.measured_tok_s:.4g} tok/s is **{r.fraction:.0%} of roofline** "
+        f"({r.limit_tok_s:.4g} tok/s = {r.bandwidth_gbs:g} GB/s / {r.weight_bytes_per_gpu / 1e9:.3g} GB "
+        f"per GPU per step x {r.tokens_per_step:.3g} tok/step; bandwidth: {r.bandwidth_source}; "
+        f"weights: {r.weight_source}; tokens per step: {r.tokens_per_step_source})"
+    )
+
+
+def markdown(
+    run: RunResults,
+    plot_files: Mapping[str, Sequence[Path]] | None = None,
+    drifts: Mapping[str, Sequence[Drift]] | None = None,
+) -> str:
+    """Per variant: intents with verdicts, then metrics against the baseline, rounds, roofline, drift."""
     plot_files = plot_files or {}
+    drifts = drifts or {}
     variants = sorted(
         {(v.deployment, v.variant) for v in run.verdicts} | {(m.deployment, m.variant) for m in run.measurements}
     )
@@ -51,6 +81,9 @@ def markdown(run: RunResults, plot_files: Mapping[str, Sequence[Path]] | None = 
             lines += [f"### {m.workload} at concurrency {m.concurrency}", ""]
             if m.notes:
                 lines += [f"Notes: {'; '.join(m.notes)}", ""]
+            for d in drifts.get(m.key, ()):
+                lines += [f"**Drift**: {d.message()}", ""]
+            lines += [line + "\n" for line in (_rounds_line(m), _roofline_line(m)) if line]
             comparisons = {c.metric: c for c in m.comparisons}
             lines += ["| metric | baseline | current | delta | threshold | verdict |", "|---|---:|---:|---:|---:|---|"]
             for metric, summary in sorted(m.summary.items()):
@@ -65,6 +98,15 @@ def markdown(run: RunResults, plot_files: Mapping[str, Sequence[Path]] | None = 
             lines.append("")
             for path in plot_files.get(m.key, ()):
                 lines += [f"![{path.stem}](plots/{path.name})", ""]
+    if any(m.roofline for m in run.measurements):
+        lines += [
+            "## Roofline",
+            "",
+            f"Per-stream decode tok/s (median over rounds) against the memory-bandwidth limit: {roofline.FORMULA}. "
+            f"{roofline.LEFT_OUT}. At concurrency > 1 a step serves several streams, so the per-stream fraction "
+            "falls by design: compare it between runs of one concurrency.",
+            "",
+        ]
     return "\n".join(lines)
 
 
@@ -72,6 +114,7 @@ def write(folder: Path, history: Sequence[Path] = ()) -> Path:
     """Write report.md and plots/*.png into the results folder; returns the report's path."""
     run = collect(folder)
     made = plots.draw(run, folder / "plots", history)
+    drifts = {m.key: drifts_in(points(m.key, [*history, run.folder])) for m in run.measurements}
     path = folder / REPORT_NAME
-    path.write_text(markdown(run, made) + "\n")
+    path.write_text(markdown(run, made, drifts) + "\n")
     return path

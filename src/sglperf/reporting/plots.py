@@ -12,9 +12,11 @@ matplotlib.use("Agg")  # no display on runners
 import matplotlib.pyplot as plt
 import numpy as np
 
+from sglperf.baselines.changepoint import Drift
 from sglperf.model.measurement import MeasurementRecord
 from sglperf.model.metrics import unit_of
-from sglperf.reporting.run_results import MEASUREMENTS_DIR, ResultsError, RunResults, read_measurement
+from sglperf.reporting.history import Point, drifts_in, history
+from sglperf.reporting.run_results import RunResults
 
 OUTCOME_COLOUR = {"regression": "#c0392b", "improvement": "#1e8449", "unchanged": "#555555", "insufficient": "#b9770e"}
 
@@ -53,15 +55,23 @@ def samples_figure(record: MeasurementRecord, path: Path) -> Path:
     return path
 
 
-def history_figure(key: str, points: Sequence[tuple[str, dict[str, float]]], path: Path, emulated: bool) -> Path:
+def history_figure(key: str, points: Sequence[Point], path: Path, emulated: bool, drifts: Sequence[Drift] = ()) -> Path:
+    """Each metric's median per night; a drift still going on is marked from the night it started."""
     metrics = sorted({m for _, medians in points for m in medians})
+    drifting = {d.metric: d for d in drifts}
     fig, axes = plt.subplots(1, len(metrics), figsize=(3.4 * len(metrics), 3.4), squeeze=False)
     labels = [run for run, _ in points]
     for ax, metric in zip(axes[0], metrics):
         xs = [i for i, (_, medians) in enumerate(points) if metric in medians]
         ax.plot(xs, [points[i][1][metric] for i in xs], marker="o", color="#2e86c1")
         ax.set_xticks(range(len(labels)), labels, rotation=30, ha="right", fontsize=6)
-        ax.set_title(f"{metric} (median)", fontsize=10)
+        title = f"{metric} (median)"
+        if metric in drifting:
+            d = drifting[metric]
+            ax.axvline(d.start - 0.5, color="#c0392b", linestyle="--", linewidth=1.2)
+            ax.axvspan(d.start - 0.5, len(labels) - 0.5, color="#c0392b", alpha=0.08)
+            title += f"\ndrifting since {d.start_label} ({d.change:+.1%})"
+        ax.set_title(title, fontsize=10, color="#c0392b" if metric in drifting else "black")
         ax.set_ylabel(unit_of(metric))
         ax.grid(alpha=0.3)
     fig.suptitle(f"history: {key}" + (" [EMULATOR]" if emulated else ""), fontsize=11)
@@ -71,25 +81,15 @@ def history_figure(key: str, points: Sequence[tuple[str, dict[str, float]]], pat
     return path
 
 
-def _history(key: str, folders: Sequence[Path]) -> list[tuple[str, dict[str, float]]]:
-    points = []
-    for folder in sorted(folders):
-        try:
-            record = read_measurement(folder / MEASUREMENTS_DIR / f"{key}.json")
-        except (OSError, ResultsError):
-            continue  # a night without this item, or a record an older sglperf wrote
-        points.append((folder.name, record.medians))
-    return points
-
-
-def draw(run: RunResults, out_dir: Path, history: Sequence[Path] = ()) -> dict[str, list[Path]]:
-    """All plots of a run; ``history`` are earlier results folders (same layout)."""
+def draw(run: RunResults, out_dir: Path, history_dirs: Sequence[Path] = ()) -> dict[str, list[Path]]:
+    """All plots of a run; ``history_dirs`` are earlier results folders (same layout)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     made: dict[str, list[Path]] = {}
     for record in run.measurements:
         key = record.key
         made[key] = [samples_figure(record, out_dir / f"{key}-samples.png")]
-        points = _history(key, [*history, run.folder])
+        points = history(key, [*history_dirs, run.folder])
         if len(points) >= 2:
-            made[key].append(history_figure(key, points, out_dir / f"{key}-history.png", record.emulated))
+            figure = history_figure(key, points, out_dir / f"{key}-history.png", record.emulated, drifts_in(points))
+            made[key].append(figure)
     return made

@@ -12,14 +12,19 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from sglperf import preflight
-from sglperf.baselines import regression, store
+from sglperf.baselines import regression, roofline, store
+from sglperf.baselines.sequential import SequentialPlan
 from sglperf.judge import drift as drift_check
 from sglperf.judge import live_evidence
 from sglperf.measure import meter
 from sglperf.measure.prompts import load_prompts
+from sglperf.measure.samples import WorkloadResult
 from sglperf.model.deployment import Deployment, Variant, Workload
-from sglperf.model.measurement import BaselineStatus, MeasurementRecord, Provenance
+from sglperf.model.hardware import memory_bandwidth
+from sglperf.model.measurement import BaselineStatus, MeasurementRecord, Provenance, Roofline, Rounds
 from sglperf.model.progress import Progress
 from sglperf.model.resolution import ModelFacts
 from sglperf.model.server_facts import ServerFacts
@@ -28,10 +33,11 @@ from sglperf.runtime import gpus, provenance, server, server_info
 from sglperf.runtime.attach import AttachedServer, AttachError, DeclaredGpus, attached_profile_problems, read_attached
 from sglperf.session.handles import ServerHandle, VariantRef
 from sglperf.session.preflight_session import PreflightSession, deployment_key
-from sglperf.sglang import modelsize
+from sglperf.sglang import envs, modelsize
 from sglperf.sglang.flags import LaunchPlan, plan
 
 MODEL_PATH_ENV = "SGLPERF_MODEL_PATH"
+CPU_NOTE = "CPU server (device cpu): CPU numbers, not GPU results; baselines kept under baselines/cpu/"
 API_KEY_ENV = "SGLPERF_API_KEY"
 
 
@@ -97,6 +103,17 @@ class LiveSession:
     def skip_reason(self, deployment: Deployment) -> str | None:
         if self.options.attach_url:
             return None  # the attached server's identity is checked when it is first asked for
+        if deployment.runner.is_cpu:
+            # A real SGLang server on this CPU: no GPU to find or lock, but a CPU its kernel runs on.
+            if self.options.emulator:
+                return None
+            problem = envs.cpu_kernel_problem()
+            if problem:
+                return f"{problem} (CPU runner {deployment.runner.name!r})"
+            unset = self._unset_model_path(deployment)
+            if unset:
+                return f"{unset}; ci/cpu-tier.sh writes the tiny models and sets it"
+            return None
         inventory = self._inventory(deployment)
         if not inventory.gpus:
             return (
@@ -137,7 +154,25 @@ class LiveSession:
         if chosen:
             return chosen
         # The emulator has no checkpoint: it serves the config preflight uses (for /model_info).
-        return str(deployment.config_path.parent) if self.options.emulator else deployment.model.served_path
+        if self.options.emulator:
+            return str(deployment.config_path.parent)
+        unset = self._unset_model_path(deployment)
+        if unset:
+            raise server.ServerStartError(unset)
+        return os.path.expanduser(os.path.expandvars(deployment.model.served_path))
+
+    def _unset_model_path(self, deployment: Deployment) -> str | None:
+        """served_path may name environment variables, e.g. "${SGLPERF_TINY_MODELS}/tiny-qwen3"; what is
+        wrong when one is not set (and no --model-path / SGLPERF_MODEL_PATH overrides it)."""
+        if self.options.model_path or os.environ.get(MODEL_PATH_ENV):
+            return None
+        served = os.path.expandvars(deployment.model.served_path)
+        if "$" not in served:
+            return None
+        return (
+            f"{deployment.path.name}: model.served_path {deployment.model.served_path!r} names an environment "
+            f"variable that is not set; set it or pass --model-path"
+        )
 
     def _start(self, deployment: Deployment, variant: Variant) -> RunningVariant:
         check = self.preflight.check(deployment, variant.id)
@@ -147,9 +182,11 @@ class LiveSession:
         env = dict(launch.env)
         if self.options.emulator:
             env.update(self._emulator_env(name, check, release.version, deployment, launch))
-        if self._allocator is None:
-            self._allocator = gpus.GpuAllocator(lock_dir=self._gpu_lock_dir())
-        lease = self._allocator.acquire(deployment.launch.tp_size, self.options.gpu_timeout_s, self.progress)
+        lease: gpus.Lease | None = None
+        if not deployment.runner.is_cpu:  # a CPU server takes no GPU
+            if self._allocator is None:
+                self._allocator = gpus.GpuAllocator(lock_dir=self._gpu_lock_dir())
+            lease = self._allocator.acquire(deployment.launch.tp_size, self.options.gpu_timeout_s, self.progress)
         # The emulator is part of sglperf, so it runs under sglperf's interpreter, not SGLang's.
         python = sys.executable if self.options.emulator else self.preflight.resolver(deployment).python
         spec = server.ServerSpec(
@@ -163,16 +200,23 @@ class LiveSession:
             emulated=self.options.emulator,
         )
         try:
-            running_server = server.launch(spec, lease.cuda_visible_devices, self.progress)
+            running_server = server.launch(spec, lease.cuda_visible_devices if lease else None, self.progress)
         except BaseException:
-            lease.release()
+            if lease:
+                lease.release()
             raise
         try:
             facts = server_info.read_facts(running_server.base_url, running_server.headers)
         except BaseException:
             running_server.stop()
-            lease.release()
+            if lease:
+                lease.release()
             raise
+        if deployment.runner.is_cpu and not facts.emulated and facts.device != "cpu":
+            running_server.stop()
+            raise server.ServerStartError(
+                f"{name}: CPU runner {deployment.runner.name!r}, but the server says device = {facts.device!r}"
+            )
         return RunningVariant(deployment, variant, launch, running_server, lease, facts, gpus.visible_gpus())
 
     def _attach(self, deployment: Deployment, variant: Variant) -> RunningVariant:
@@ -298,9 +342,41 @@ class LiveSession:
         prompts = load_prompts(deployment.path.parent / workload.prompts)
         if workload.max_prompts:
             prompts = replace(prompts, prompts=prompts.prompts[: workload.max_prompts])
+        prov = provenance.provenance(
+            runner=deployment.runner.name,
+            facts=running.facts,
+            sglang_python=self.preflight.resolver(deployment).python,
+            inventory=running.inventory,
+            gpu_indices=running.lease.indices if running.lease else (),
+            launch_command=" ".join(running.server.command),
+            argv=running.plan.argv,
+            root=self.options.root,
+        )
+        path = self.baseline_path(deployment, variant, running.facts.emulated, running.facts.device)
+        plan: SequentialPlan | None = None
+        stored: store.Entry | None = None
+        skip: tuple[str, ...] = ()
+        why = "sequential = false"
+        if workload.sequential and not self.options.update_baselines:
+            stored, skip, why = regression.comparable_entry(path, prov, store.entry_key(workload.id, concurrency))
+            if stored is not None:
+                plan, why = _sequential_plan(workload, stored)
+        elif self.options.update_baselines:
+            why = "recording a baseline: the full budget"
+        reasons: list[str] = []
+
+        def on_round(partial: WorkloadResult) -> bool:
+            assert plan is not None and stored is not None
+            current = regression.round_samples(partial)
+            decision = plan.decide_all(stored.samples, current, workload.thresholds, skip)
+            reasons[:] = [decision.reason]
+            if decision.stop:
+                self.progress(f"{key}: stopping after {decision.rounds} rounds: {decision.reason}")
+            return decision.stop
+
         self.progress(
-            f"{key}: measuring ({workload.repeats} rounds of {len(prompts.prompts)} prompts, "
-            f"{workload.output_len} tokens each)"
+            f"{key}: measuring ({'up to ' if plan else ''}{workload.repeats} rounds of {len(prompts.prompts)} prompts, "
+            f"{workload.output_len} tokens each{', sequential' if plan else ''})"
         )
         result = meter.measure(
             running.server.base_url,
@@ -309,24 +385,18 @@ class LiveSession:
             api_key=running.server.spec.api_key,
             concurrency=concurrency,
             chunk_timeout_s=workload.stall_timeout_s,
+            on_round=on_round if plan else None,
         )
         samples = regression.round_samples(result)
-        attached = isinstance(running.server, AttachedServer)
-        prov = provenance.provenance(
-            runner=deployment.runner.name,
-            facts=running.facts,
-            # An attached server's torch is on its own machine: not this interpreter's.
-            sglang_python="" if attached else self.preflight.resolver(deployment).python,
-            inventory=running.inventory,
-            gpu_indices=running.lease.indices if running.lease else running.inventory.indices,
-            launch_command=str(running.facts.effective.get("launch_command", ""))
-            if attached
-            else " ".join(running.server.command),
-            argv=running.plan.argv,
-            root=self.options.root,
-        )
+        used = len(result.rounds)
+        if plan is None:
+            reason = why
+        elif used < workload.repeats:
+            reason = reasons[0] if reasons else ""
+        else:
+            reason = f"budget of {workload.repeats} rounds used" + (f" ({reasons[0]})" if reasons else "")
+        rounds = Rounds(used=used, budget=workload.repeats, sequential=plan is not None, reason=reason)
         entry = store.make_entry(workload.id, concurrency, prompts.digest, workload.output_len, samples)
-        path = self.baseline_path(deployment, variant, running.facts.emulated)
         if self.options.update_baselines:
             verdict = self._record(path, deployment, variant, prov, entry)
         else:
@@ -339,8 +409,12 @@ class LiveSession:
                 missing=self.options.baseline_missing,
                 mismatch=self.options.baseline_mismatch,
                 record_command=record_command,
+                plan=plan,
             )
+        roof, roof_note = self._roofline(deployment, variant, samples)
         notes = ([regression.DUMMY_NOTE] if prov.dummy_weights else []) + verdict.notes
+        if running.facts.device == "cpu" and not running.facts.emulated:
+            notes.insert(0, CPU_NOTE)
         record = MeasurementRecord(
             key=key,
             deployment=deployment.key,
@@ -359,6 +433,9 @@ class LiveSession:
             notes=notes,
             problems=verdict.problems,
             changes=verdict.changes,
+            rounds=rounds,
+            roofline=roof,
+            roofline_note=roof_note,
             skip_reason=verdict.skip_reason,
         )
         out = self.options.results_dir / "measurements" / f"{key}.json"
@@ -367,9 +444,38 @@ class LiveSession:
         out.write_text(json.dumps(written, indent=1, sort_keys=True, default=str))
         return record
 
-    def baseline_path(self, deployment: Deployment, variant: Variant, emulated: bool) -> Path:
-        # Emulator baselines live apart: their numbers must never meet a GPU run's.
-        root = self.options.baselines_dir / "emulator" if emulated else self.options.baselines_dir
+    def _roofline(
+        self, deployment: Deployment, variant: Variant, samples: dict[str, list[float]]
+    ) -> tuple[Roofline | None, str | None]:
+        """Decode tok/s against the memory-bandwidth limit, or (None, why not)."""
+        runner = deployment.runner
+        bandwidth = memory_bandwidth(runner.gpu_name, runner.memory_bandwidth_gbs)
+        if bandwidth is None:
+            return None, f"no memory bandwidth known for {runner.gpu_name!r}: set runner.memory_bandwidth_gbs"
+        if "decode_tok_s" not in samples:
+            return None, "no decode tok/s measured"
+        accept = None
+        if deployment.speculative_for(variant) is not None:
+            if "accept_length" not in samples:
+                return None, "speculative decoding without a measured acceptance length"
+            accept = float(np.median(samples["accept_length"]))
+        try:
+            weights = roofline.weight_bytes_per_step(
+                self._predicted_model(deployment, variant), deployment.hf_config(), deployment.launch.tp_size
+            )
+            measured = float(np.median(samples["decode_tok_s"]))
+            return roofline.decode_roofline(bandwidth, weights, measured, accept, runner.gpu_name), None
+        except ValueError as exc:
+            return None, str(exc)
+
+    def baseline_path(self, deployment: Deployment, variant: Variant, emulated: bool, device: str = "cuda") -> Path:
+        # Emulator and CPU baselines live apart: their numbers must never meet a GPU run's.
+        if emulated:
+            root = self.options.baselines_dir / "emulator"
+        elif device == "cpu":
+            root = self.options.baselines_dir / "cpu"
+        else:
+            root = self.options.baselines_dir
         return store.path_for(root, deployment.runner.name, deployment.key, variant.id)
 
     def _record(
@@ -421,6 +527,19 @@ class LiveSession:
 
     def close(self) -> None:
         self.stop()
+
+
+def _sequential_plan(workload: Workload, stored: store.Entry) -> tuple[SequentialPlan | None, str]:
+    """The plan for a workload against its stored entry, or (None, why the full budget runs)."""
+    first = min(workload.min_repeats, workload.repeats)
+    if workload.repeats <= first:
+        return None, f"repeats = {workload.repeats}: no round to save"
+    try:
+        plan = SequentialPlan(min_rounds=first, max_rounds=workload.repeats)
+        plan.nominal_alpha(max((len(v) for v in stored.samples.values()), default=0))
+    except ValueError as exc:
+        return None, f"no sequential plan: {exc}"
+    return plan, ""
 
 
 def _user_emulator_config(text: str | None) -> dict[str, Any]:

@@ -272,3 +272,165 @@ def choose_python(python: str | None = None, sglang_version: str | None = None, 
         )
     progress(f"no SGLang in {sys.executable}: using the managed SGLang {ready[-1].version} ({ready[-1].python})")
     return str(ready[-1].python)
+
+
+# --- SGLang on the CPU ---------------------------------------------------------------------------
+# A real `sglang.launch_server --device cpu` needs the release's CPU-side install (the environment
+# above) plus SGLang's CPU kernel package (`sgl_kernel` built for AVX-512 + AMX), which is on no
+# package index. It comes from a folder laid out like ../shared/sglang-cpu (wheels/*.whl, else
+# build.sh to build one): SGLPERF_SGLANG_CPU_DIR, else <repository>/../shared/sglang-cpu.
+
+CPU_DIR_ENV = "SGLPERF_SGLANG_CPU_DIR"
+CPU_RECIPE_VERSION = "1"
+# /proc/cpuinfo flags the CPU kernel is compiled for (-march=x86-64-v4 -mamx-*).
+CPU_KERNEL_FLAGS = ("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512cd", "amx_tile", "amx_bf16", "amx_int8")
+CPU_SHIM = Path(__file__).with_name("cpu_shim.py")
+CPU_SUFFIX = "-cpu"
+
+
+def cpu_flags(cpuinfo: str | None = None) -> set[str]:
+    """The CPU feature flags of this machine (the first processor's ``flags`` line)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return set()
+    for line in cpuinfo.splitlines():
+        if line.startswith("flags") and ":" in line:
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def cpu_kernel_problem(cpuinfo: str | None = None) -> str | None:
+    """Why SGLang's CPU kernel cannot run on this CPU, or None."""
+    flags = cpu_flags(cpuinfo)
+    missing = [f for f in CPU_KERNEL_FLAGS if f not in flags]
+    if not missing:
+        return None
+    seen = "no /proc/cpuinfo flags" if not flags else f"lacks {', '.join(missing)}"
+    return (
+        f"this CPU {seen}: SGLang's CPU kernel (sgl_kernel for --device cpu) is built for AVX-512 and AMX "
+        "(Intel Xeon Sapphire Rapids or later), so a real SGLang server cannot run here"
+    )
+
+
+def cpu_kernel_dir() -> Path:
+    configured = os.environ.get(CPU_DIR_ENV)
+    if configured:
+        return Path(configured)
+    repository = Path(__file__).resolve().parents[3]  # src/sglperf/sglang/envs.py in a checkout
+    return repository.parent / "shared" / "sglang-cpu"
+
+
+def cpu_env_for(version: str) -> SGLangEnv:
+    return SGLangEnv(version, envs_root() / f"sglang-{check_version(version)}{CPU_SUFFIX}")
+
+
+def _cpu_recipe(version: str, wheel: Path) -> str:
+    text = "\n".join([CPU_RECIPE_VERSION, _recipe_digest(version), wheel.name, CPU_SHIM.read_text()])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _cpu_ready(env: SGLangEnv) -> bool:
+    marker = env.path / ".sglperf-ready"
+    return marker.is_file() and bool(marker.read_text().strip())
+
+
+def _kernel_wheel(folder: Path, python: Path, progress: Progress) -> Path:
+    """The CPU kernel wheel for this Python: shipped in ``folder/wheels``, else built once with its build.sh."""
+    tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    shipped = sorted((folder / "wheels").glob(f"sglang_kernel_cpu-*-{tag}-*.whl"))
+    if shipped:
+        return shipped[-1]
+    built_dir = envs_root() / "cpu-kernel-wheels"
+    built = sorted(built_dir.glob(f"sglang_kernel_cpu-*-{tag}-*.whl"))
+    if built:
+        return built[-1]
+    script = folder / "build.sh"
+    if not script.is_file():
+        raise EnvBuildError(
+            f"no SGLang CPU kernel wheel for {tag} in {folder / 'wheels'} and no build.sh beside it: set "
+            f"{CPU_DIR_ENV} to a folder laid out like shared/sglang-cpu (wheels/, or src/ and build.sh)"
+        )
+    progress(f"  building the SGLang CPU kernel wheel with {script} (10-15 min on 2 cores, once)")
+    built_dir.mkdir(parents=True, exist_ok=True)
+    _run(["bash", str(script), str(python), str(built_dir)], "build the CPU kernel wheel", progress)
+    built = sorted(built_dir.glob(f"sglang_kernel_cpu-*-{tag}-*.whl"))
+    if not built:
+        raise EnvBuildError(f"{script} produced no wheel in {built_dir}")
+    return built[-1]
+
+
+def ensure_cpu_env(version: str, progress: Progress = silent, require_cpu: bool = True) -> SGLangEnv:
+    """Build (once) the SGLang-on-CPU environment for ``version``: the release's CPU-side environment seen
+    through a ``.pth`` (with the shared torch), plus the CPU kernel wheel and sglperf's CPU shim.
+
+    ``require_cpu``: fail at once, saying why, when this CPU cannot run the kernel (resolution alone works
+    without it: the preflight stubs a kernel that does not load)."""
+    if require_cpu and (problem := cpu_kernel_problem()):
+        raise EnvBuildError(problem)
+    env = cpu_env_for(version)
+    base = ensure_env(version, progress)
+    with FileLock(str(env.path) + ".lock"):
+        folder = cpu_kernel_dir()
+        if _cpu_ready(env) and (env.path / ".sglperf-ready").read_text().strip() == _cpu_recipe_if_known(env):
+            return env
+        progress(f"building SGLang {version} CPU environment in {env.path} (kernel from {folder})")
+        _remove_ours(env.path)
+        try:
+            _run([sys.executable, "-m", "venv", str(env.path)], "create venv", progress)
+            site = _site_packages(env.path)
+            torch_site = ensure_torch_env(progress)
+            # A .pth inside a folder that a .pth added is not processed: name both folders here.
+            (site / "zz_sglperf_base.pth").write_text(f"{_site_packages(base.path)}\n{torch_site}\n")
+            wheel = _kernel_wheel(folder, env.python, progress)
+            _run(
+                [str(env.python), "-m", "pip", "install", "-q", "--no-deps", str(wheel)], "install CPU kernel", progress
+            )
+            shutil.copyfile(CPU_SHIM, site / "sglperf_cpu_shim.py")
+            (site / "zz_sglperf_cpu_shim.pth").write_text("import sglperf_cpu_shim\n")
+            (env.path / ".sglperf-kernel").write_text(f"{wheel}\n")
+            (env.path / ".sglperf-ready").write_text(_cpu_recipe(version, wheel) + "\n")
+        except BaseException:
+            _remove_ours(env.path)
+            raise
+        progress(f"SGLang {version} CPU environment ready ({wheel.name})")
+    return env
+
+
+def _cpu_recipe_if_known(env: SGLangEnv) -> str:
+    """The recipe digest a built CPU environment should carry (its kernel wheel is recorded), "" if unknown."""
+    try:
+        wheel = Path((env.path / ".sglperf-kernel").read_text().strip())
+    except OSError:
+        return ""
+    return _cpu_recipe(env.version, wheel)
+
+
+def python_for_runner(python: str, device: str, progress: Progress = silent) -> str:
+    """The interpreter for a runner profile's device. A managed release's CPU runner uses that release's
+    CPU environment (with the kernel); any other interpreter is used as given."""
+    if device != "cpu":
+        return python
+    path = Path(python)
+    root = envs_root()
+    if path.parent.parent.parent != root or not path.parent.parent.name.startswith("sglang-"):
+        return python
+    name = path.parent.parent.name.removeprefix("sglang-")
+    if name.endswith(CPU_SUFFIX):
+        return python
+    try:
+        version = check_version(name)
+    except BadVersionError:
+        return python
+    if not cpu_kernel_dir().is_dir():
+        progress(
+            f"no SGLang CPU kernel folder at {cpu_kernel_dir()} ({CPU_DIR_ENV}): the CPU runner is resolved "
+            f"with {python} (kernel stubbed), and a real CPU server cannot be started"
+        )
+        return python
+    return str(ensure_cpu_env(version, progress, require_cpu=False).python)
+
+
+def cpu_env_ready(env: SGLangEnv) -> bool:
+    return _cpu_ready(env) and (env.path / ".sglperf-ready").read_text().strip() == _cpu_recipe_if_known(env)

@@ -26,6 +26,9 @@ TP_FLAG = "--tp-size"
 LOAD_FORMAT_FLAG = "--load-format"  # "dummy": random weights, for runners without the checkpoint
 HOST_FLAG, PORT_FLAG, API_KEY_FLAG = "--host", "--port", "--api-key"
 SKIP_TOKENIZER_FLAG = "--skip-tokenizer-init"  # preflight has config.json only, no tokenizer files
+# In a deployment's flags, the model folder being served (preflight: the folder of its config.json), for
+# files that live beside the checkpoint, e.g. an EAGLE3 draft: "{model_path}/eagle3-draft".
+MODEL_PATH_PLACEHOLDER = "{model_path}"
 
 
 class FlagError(ValueError):
@@ -115,6 +118,7 @@ def plan(
             raw += rule.flags
             env.update(rule.env)
     raw += variant.flags
+    raw = [token.replace(MODEL_PATH_PLACEHOLDER, model_path) for token in raw]
     env.update(variant.env)
     warnings = check_flags(raw, parser, where, architectures)
     argv += raw

@@ -228,7 +228,7 @@ class DecodeCudaGraph(_Boolean):
     DISABLE_FLAG = "--disable-cuda-graph"
     DISABLE_FIELD = "disable_cuda_graph"
 
-    fields = ("cuda_graph_config", DISABLE_FIELD)
+    fields = ("cuda_graph_config", DISABLE_FIELD, "enable_torch_compile")
     log_keywords = ("cuda graph is disabled", "disable cuda graph", "decode cuda graph")
     known_flags = {DISABLE_FLAG: False}
     flag_names = (BACKEND_FLAG, DISABLE_FLAG)
@@ -243,7 +243,24 @@ class DecodeCudaGraph(_Boolean):
             )
         return chosen.argv()
 
+    # On the CPU the backend is not what decides: SGLang 0.5.23 captures its CPU graph (CPUGraphRunner,
+    # torch.compile) only with --enable-torch-compile, whatever cuda_graph_config.decode says
+    # (capture_decode_graph, model_executor/model_runner_components/cuda_graph_setup.py).
+    DEVICE_FIELD = "device"
+    CPU_COMPILE_FIELD = "enable_torch_compile"
+
     def read(self, effective: Mapping[str, Any], model: ModelFacts | None = None) -> Reading:
+        if effective.get(self.DEVICE_FIELD) == "cpu" and self.CPU_COMPILE_FIELD in effective:
+            compiled = bool(effective[self.CPU_COMPILE_FIELD])
+            try:
+                said = f"; {self.BACKEND_FIELD} = {_dig(effective, self.BACKEND_FIELD)!r} is not what decides there"
+            except KeyError:
+                said = ""
+            return Reading(
+                compiled,
+                f"device = 'cpu', {self.CPU_COMPILE_FIELD} = {compiled} (SGLang captures a CPU decode graph only "
+                f"with --enable-torch-compile{said})",
+            )
         return _read_graph(effective, self.BACKEND_FIELD, self.BACKEND_OFF, ((self.DISABLE_FIELD, True),))
 
 

@@ -151,25 +151,53 @@ class NativeResponder:
         return []
 
     def whole(self, run: Run, chunk: Chunk) -> dict[str, Any]:
+        first = not self._ids
         for i in range(len(self._ids), chunk.end):
             self._ids.append(FIRST_TOKEN_ID + i)
             self._text.append(token_text(i))
+        # As SGLang 0.5.23 sends it (seen on a real server): the same keys on every chunk, the send time
+        # on the first, and the request's totals (latency, weight versions, speculative decoding) only
+        # on the final one; text, output_ids and completion_tokens are cumulative.
         meta: dict[str, Any] = {
             "id": run.rid,
+            "finish_reason": None,
             "prompt_tokens": run.prompt_tokens,
+            "weight_version": WEIGHT_VERSION,
+            "num_retractions": 0,
+            "reasoning_tokens": 0,
             "completion_tokens": chunk.end,
             "cached_tokens": 0,
-            "finish_reason": None,
+            "cached_tokens_details": None,
+            "dp_rank": None,
         }
-        if run.spec:
-            meta["spec_verify_ct"] = chunk.verify_ct
+        if first:
+            meta["response_sent_to_client_ts"] = time.time()
         if chunk.final:
             meta["finish_reason"] = run.finish
+            meta["weight_versions"] = [{"version": WEIGHT_VERSION, "start": 0, "end": chunk.end}]
             meta["e2e_latency"] = time.perf_counter() - run.t0
             if run.spec:
-                meta["spec_accept_length"] = chunk.end / max(1, chunk.verify_ct)
-                meta["spec_accept_rate"] = run.accept_rate
+                meta.update(spec_totals(run, chunk))
         return {"text": "".join(self._text), "output_ids": list(self._ids), "meta_info": meta}
+
+
+WEIGHT_VERSION = "default"
+
+
+def spec_totals(run: Run, chunk: Chunk) -> dict[str, Any]:
+    """A speculative request's final statistics, as SGLang 0.5.23 reports them in the last chunk."""
+    accepted = [p.tokens - 1 for p in run.plan.passes[1:]]  # drafts accepted per verify step
+    histogram = [0] * (max(accepted, default=0) + 1)
+    for n in accepted:
+        histogram[n] += 1
+    return {
+        "spec_accept_rate": run.accept_rate,
+        "spec_accept_length": chunk.end / max(1, chunk.verify_ct),
+        "spec_num_correct_drafts": run.plan.accepted_drafts,
+        "spec_num_proposed_drafts": run.plan.proposed_drafts,
+        "spec_verify_ct": chunk.verify_ct,
+        "spec_correct_drafts_histogram": histogram if accepted else [],
+    }
 
 
 class _OpenAIResponder:
@@ -193,7 +221,10 @@ class _OpenAIResponder:
         }
 
     def tail(self, run: Run) -> list[dict[str, Any]]:
-        return [{**self.head(run), "choices": [], "usage": _usage(run)}] if self.usage_chunk else []
+        if not self.usage_chunk:
+            return []
+        usage = {**_usage(run), "prompt_tokens_details": None, "reasoning_tokens": 0, "completion_tokens_details": None}
+        return [{**self.head(run), "choices": [], "usage": usage}]
 
 
 class ChatResponder(_OpenAIResponder):
@@ -210,19 +241,24 @@ class ChatResponder(_OpenAIResponder):
         return {"content": _chat_logprobs(tokens)} if self.want_logprobs else None
 
     def events(self, run: Run, chunk: Chunk) -> list[dict[str, Any]]:
+        # As SGLang 0.5.23 streams it (seen): a role-only chunk, content chunks, then a chunk with only
+        # the finish reason (and the usage chunk, in ``tail``).
         out = []
-        if self.sent == 0 and chunk.end > 0:  # OpenAI streams open with a role-only chunk
-            role = {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
-            out.append({**self.head(run), "choices": [role], "usage": None})
+        if self.sent == 0 and chunk.end > 0:
+            role = {"reasoning_content": None, "role": "assistant", "content": ""}
+            out.append(self._chunk(run, role, None, None))
         tokens = [token_text(i) for i in range(self.sent, chunk.end)]
         self.sent = chunk.end
-        choice = {
-            "index": 0,
-            "delta": {"content": "".join(tokens)},
-            "logprobs": self._logprobs(tokens),
-            "finish_reason": _openai_finish(run) if chunk.final else None,
-        }
-        return [*out, {**self.head(run), "choices": [choice], "usage": None}]
+        out.append(
+            self._chunk(run, {"reasoning_content": None, "content": "".join(tokens)}, self._logprobs(tokens), None)
+        )
+        if chunk.final:
+            out.append(self._chunk(run, {"reasoning_content": None}, None, _openai_finish(run)))
+        return out
+
+    def _chunk(self, run: Run, delta: dict[str, Any], logprobs: Any, finish: str | None) -> dict[str, Any]:
+        choice = {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish, "matched_stop": None}
+        return {**self.head(run), "choices": [choice]}
 
     def whole(self, run: Run, chunk: Chunk) -> dict[str, Any]:
         tokens = [token_text(i) for i in range(chunk.end)]
@@ -276,7 +312,7 @@ def _openai_finish(run: Run) -> str:
 
 
 def _chat_logprobs(tokens: list[str]) -> list[dict[str, Any]]:
-    return [{"token": t, "logprob": 0.0, "bytes": None, "top_logprobs": []} for t in tokens]
+    return [{"token": t, "logprob": 0.0, "bytes": list(t.encode()), "top_logprobs": []} for t in tokens]
 
 
 def _completion_logprobs(tokens: list[str], top: int) -> dict[str, Any]:

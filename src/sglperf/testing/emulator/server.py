@@ -2,7 +2,7 @@
 
 Start it with the argv one would give SGLang: ``python -m sglperf.testing.emulator --model-path ... --port N``.
 It runs no model and touches no GPU; it speaks the subset of SGLang's HTTP API the suite uses
-(health, server/model info, flush_cache, metrics, native /generate, OpenAI chat/completions) and
+(health, server/model info, /v1/models, flush_cache, metrics, native /generate, OpenAI chat/completions) and
 emits tokens on a stated timing model (see :mod:`.timing`), so the suite's clients and statistics
 can be checked against a known truth. Configuration and environment: :mod:`.config`; injected
 faults: :mod:`.faults`; request and response bodies: :mod:`.protocol`. Not emulated: batching,
@@ -147,6 +147,9 @@ class _Handler(BaseHTTPRequestHandler):
     def _model_info(self, body: bytes) -> None:
         self._send_json(200, self.server.state.model_info())
 
+    def _models(self, body: bytes) -> None:
+        self._send_json(200, self.server.state.models())
+
     def _metrics(self, body: bytes) -> None:
         state = self.server.state
         if not state.launch.enable_metrics and not state.effective.get("enable_metrics"):
@@ -237,6 +240,7 @@ class _Handler(BaseHTTPRequestHandler):
         "/get_server_info": _server_info,
         "/model_info": _model_info,
         "/get_model_info": _model_info,
+        "/v1/models": _models,
         "/metrics": _metrics,
         "/flush_cache": _flush,
     }

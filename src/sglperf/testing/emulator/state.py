@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import threading
 import time
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -26,6 +28,7 @@ from sglperf.testing.emulator.faults import TokenFaults
 from sglperf.testing.emulator.timing import Chunk, Plan, chunk_plan, plan_request, speculative_steps
 
 EOS_TOKEN_ID = 2
+GRAPH_PHASES = ("prefill", "decode", "target_verify", "draft_prefill", "draft_decode", "draft_extend")
 
 
 @dataclass
@@ -95,6 +98,7 @@ class EmulatorState:
     model_path: str | None = field(init=False)
     architectures: list[str] | None = field(init=False)
     model_name: str = field(init=False)
+    started: float = field(default_factory=time.time)
 
     def __post_init__(self) -> None:
         self.spec_steps = speculative_steps(self.effective)
@@ -111,18 +115,32 @@ class EmulatorState:
         return self.config.weight_gb_per_gpu + self.config.vision_weight_gb_per_gpu
 
     def memory_usage(self) -> dict[str, Any]:
-        graph = {
-            "prefill": PREFILL_GRAPH_GB if self.prefill_graph else 0.0,
-            "decode": DECODE_GRAPH_GB if self.decode_graph else 0.0,
-        }
+        # SGLang 0.5.17+ reports one entry per graph phase; with speculative decoding the target's
+        # decode graph is its verify graph.
+        decode_phase = "target_verify" if self.spec_steps is not None else "decode"
+        graph = dict.fromkeys(GRAPH_PHASES, 0.0)
+        graph["prefill"] = PREFILL_GRAPH_GB if self.prefill_graph else 0.0
+        graph[decode_phase] = DECODE_GRAPH_GB if self.decode_graph else 0.0
         fraction = float(self.effective.get("mem_fraction_static") or 0.88)
         kv = round(max(0.5, GPU_MEM_GB * fraction - self.weight_gb - sum(graph.values())), 2)
         return {
             "weight": round(self.weight_gb, 2),
             "kvcache": kv,
+            "startup_available": round(GPU_MEM_GB - 1.0, 2),
             "token_capacity": int(kv * 2**30 / KV_BYTES_PER_TOKEN),
+            "token_capacity_swa": None,
             "graph": graph,
         }
+
+    def decode_graph_batch_sizes(self) -> list[int]:
+        """The batch sizes a decode graph was captured for (``internal_states[..].decode_cuda_graph_bs``):
+        none when the graph is off, which on a CPU server means without --enable-torch-compile, whatever
+        ``cuda_graph_config.decode.backend`` says (``graph_on`` reads it as SGLang decides)."""
+        if not self.decode_graph:
+            return []
+        decode = (self.effective.get("cuda_graph_config") or {}).get("decode") or {}
+        sizes = decode.get("bs") if isinstance(decode, dict) else None
+        return [int(b) for b in sizes] if isinstance(sizes, list) and sizes else list(range(1, 9))
 
     def start_run(self, req: GenRequest) -> Run:
         t0 = time.perf_counter()
@@ -160,7 +178,13 @@ class EmulatorState:
     def server_info(self) -> dict[str, Any]:
         with self.lock:
             stats = dataclasses.replace(self.stats)
-        state: dict[str, Any] = {"last_gen_throughput": stats.last_gen_throughput, "memory_usage": self.memory_usage()}
+        memory = self.memory_usage()
+        state: dict[str, Any] = {
+            "last_gen_throughput": stats.last_gen_throughput,
+            "memory_usage": memory,
+            "decode_cuda_graph_bs": self.decode_graph_batch_sizes(),
+            "decode_cuda_graph_memory_gb": DECODE_GRAPH_GB if self.decode_graph else 0.0,
+        }
         if stats.avg_spec_accept_length is not None:
             state["avg_spec_accept_length"] = stats.avg_spec_accept_length
         return {
@@ -173,6 +197,20 @@ class EmulatorState:
             "internal_states": [state],
         }
 
+    def models(self) -> dict[str, Any]:
+        """``/v1/models``: the one served model, as SGLang lists it."""
+        context = self.effective.get("context_length") or 4096
+        card = {
+            "id": self.model_name,
+            "object": "model",
+            "created": int(self.started),
+            "owned_by": "sglang",
+            "root": self.model_name,
+            "parent": None,
+            "max_model_len": int(context),
+        }
+        return {"object": "list", "data": [card]}
+
     def model_info(self) -> dict[str, Any]:
         archs = self.architectures
         return {
@@ -181,7 +219,24 @@ class EmulatorState:
             "is_generation": True,
             "architectures": archs,
             "has_image_understanding": any(a.endswith("ForConditionalGeneration") for a in archs or ()),
+            # As SGLang 0.5.23 answers (its "embedding" capability block is not emulated).
+            "has_audio_understanding": False,
+            "model_type": self.model_type,
+            "weight_version": "default",
+            "served_model_name": self.model_name,
+            "load_format": str(self.effective.get("load_format") or "auto"),
+            "disaggregation_mode": str(self.effective.get("disaggregation_mode") or "null"),
+            "preferred_sampling_params": self.effective.get("preferred_sampling_params"),
+            "reasoning_parser": self.effective.get("reasoning_parser"),
+            "tool_call_parser": self.effective.get("tool_call_parser"),
         }
+
+    @property
+    def model_type(self) -> str:
+        try:
+            return str(json.loads((Path(str(self.model_path)) / "config.json").read_text()).get("model_type") or "")
+        except (OSError, ValueError, AttributeError):
+            return ""
 
     def metrics(self) -> str:
         with self.lock:

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The live and measure tiers against a real SGLang 0.5.23 server on this CPU (no GPU; needs AVX-512 and
+# AMX), plus the emulator contract test (the same probes against the real server and the emulator).
+# CPU timings move with the machine and its load, so baselines are recorded by this run and then
+# compared against (results/cpu-baselines/cpu/...), never against numbers from another machine.
+# Usage: ci/cpu-tier.sh [pytest args...]     JUnit XML: results/cpu-tier-record.xml, results/cpu-tier.xml
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash ci/setup.sh 0.5.23
+source ci/cpu-env.sh
+baselines=${CPU_BASELINES_DIR:-results/cpu-baselines}
+mkdir -p results
+# 1. every live and measure item, recording the baselines
+.venv/bin/pytest deployments/tiny-cpu.toml deployments/tiny-cpu-mtp.toml \
+  --sglang-version=0.5.23 -p no:cacheprovider --update-baselines --baselines-dir="$baselines" \
+  --junit-xml=results/cpu-tier-record.xml "$@"
+# 2. the measurements again, compared with those baselines; the CPU-server tests and the emulator contract
+exec .venv/bin/pytest deployments/tiny-cpu.toml deployments/tiny-cpu-mtp.toml \
+  tests/test_cpu_server.py tests/test_emulator_contract.py -m "measure or needs_sglang" \
+  --sglang-version=0.5.23 -p no:cacheprovider --baselines-dir="$baselines" \
+  --junit-xml=results/cpu-tier.xml "$@"

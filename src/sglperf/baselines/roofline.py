@@ -1,0 +1,127 @@
+"""Decode roofline per variant: how close single-stream decode is to the GPU's memory bandwidth.
+
+At batch sizes a decode server runs single streams at, every decode step reads every weight the
+step uses once from GPU memory, and the step cannot finish faster than that read. With tensor
+parallelism each GPU reads its own shard at the same time, so per GPU:
+
+    decode tok/s limit = memory bandwidth per GPU / weight bytes read per step per GPU
+                         x tokens per step
+
+Tokens per step is 1 without speculative decoding and the measured acceptance length (tokens per
+verify step) with it: one verify pass reads the target weights once and yields that many tokens.
+"x% of roofline" is the measured per-stream decode tok/s (median over rounds) over that limit.
+
+Weight bytes read per step per GPU: the target model's parameters held by tensor-parallel rank 0,
+from the model class SGLang builds in preflight (`Resolution.model.param_bytes_per_rank`) when
+preflight built it, else counted from config.json (`sglperf.sglang.modelsize`), minus what decode
+does not read: the vision tower (text decoding never runs it) and, when the input embedding is not
+tied to the LM head, the embedding table (decode reads one row per token, not the table).
+
+What the limit leaves out, so the true limit is lower and 100% is out of reach:
+
+* KV-cache (and linear-attention state) reads, which grow with the context;
+* activations, the LM head's logits and sampling, kernel launch gaps;
+* tensor-parallel communication (all-reduce per layer);
+* the MTP / draft model's own weights: each of the ``num_steps`` draft passes reads the draft layer
+  (and with a shared LM head, the LM head) again. Not counted, because whether SGLang shares the
+  LM head and embedding with the draft differs by model and release; with MTP the fraction is
+  therefore an overestimate of how close decode is to the limit.
+
+At concurrency > 1 the per-stream fraction falls by design (a step serves several streams), so
+compare fractions between runs of one concurrency, not across concurrencies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sglperf.model.files import GIB
+from sglperf.model.hardware import Bandwidth
+from sglperf.model.measurement import Roofline
+from sglperf.model.resolution import ModelFacts
+from sglperf.sglang import modelsize
+
+FORMULA = (
+    "limit = memory bandwidth per GPU / weight bytes read per decode step per GPU x tokens per step "
+    "(acceptance length with speculative decoding, else 1)"
+)
+LEFT_OUT = (
+    "KV-cache and linear-attention state reads, activations, tensor-parallel communication and MTP/draft "
+    "weights are not counted: the true limit is lower"
+)
+
+
+@dataclass(frozen=True)
+class WeightBytes:
+    bytes_per_gpu: int
+    source: str
+
+
+def _text_section(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    text = config.get("text_config")
+    return text if isinstance(text, Mapping) else config
+
+
+def embedding_bytes_per_gpu(config: Mapping[str, Any], tp: int, dtype_bytes: int) -> int:
+    """The input embedding table's bytes on one GPU when it is not tied to the LM head, else 0."""
+    text = _text_section(config)
+    tied = bool(text.get("tie_word_embeddings", config.get("tie_word_embeddings", False)))
+    vocab, hidden = text.get("vocab_size"), text.get("hidden_size")
+    if tied or not isinstance(vocab, int) or not isinstance(hidden, int):
+        return 0
+    return vocab * hidden * dtype_bytes // tp  # vocabulary-parallel: each rank holds vocab / tp rows
+
+
+def weight_bytes_per_step(model: ModelFacts | None, config: Mapping[str, Any], tp: int) -> WeightBytes:
+    """Bytes one GPU reads per decode step, from preflight's model class or else config.json."""
+    if tp < 1:
+        raise ValueError(f"tp must be >= 1, got {tp}")
+    try:
+        size = modelsize.model_size(config)
+        dtype_bytes = size.dtype_bytes
+    except ValueError:
+        size, dtype_bytes = None, 2
+    embedding = embedding_bytes_per_gpu(config, tp, dtype_bytes)
+    minus = ", input embedding excluded" if embedding else ""
+    if model is not None and model.param_bytes_per_rank > 0:
+        read = model.param_bytes_per_rank - model.vision_param_bytes_per_rank - embedding
+        return WeightBytes(
+            read,
+            f"preflight: parameters SGLang's {model.architecture} holds on TP rank 0, vision tower{minus} excluded",
+        )
+    if size is None:
+        raise ValueError(
+            "no model facts from preflight and config.json cannot be counted (see sglperf.sglang.modelsize)"
+        )
+    text_bytes = round(size.weight_gib_per_gpu(tp, vision=False, vision_replicated=False, mtp=False) * GIB)
+    return WeightBytes(text_bytes - embedding, f"config.json: text weights / TP {tp}{minus}")
+
+
+def decode_roofline(
+    bandwidth: Bandwidth,
+    weights: WeightBytes,
+    measured_tok_s: float,
+    accept_length: float | None,
+    gpu: str,
+) -> Roofline:
+    """The limit and the measured fraction of it (``accept_length`` None: no speculative decoding)."""
+    if weights.bytes_per_gpu <= 0:
+        raise ValueError(f"weight bytes per GPU must be positive, got {weights.bytes_per_gpu}")
+    tokens = accept_length if accept_length else 1.0
+    limit = bandwidth.gbs * 1e9 / weights.bytes_per_gpu * tokens
+    return Roofline(
+        gpu=gpu,
+        bandwidth_gbs=bandwidth.gbs,
+        bandwidth_source=bandwidth.source,
+        weight_bytes_per_gpu=weights.bytes_per_gpu,
+        weight_source=weights.source,
+        tokens_per_step=tokens,
+        tokens_per_step_source="measured acceptance length (median over rounds)"
+        if accept_length
+        else "1 (no speculative decoding)",
+        limit_tok_s=limit,
+        measured_tok_s=measured_tok_s,
+        fraction=measured_tok_s / limit,
+    )

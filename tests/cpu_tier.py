@@ -1,0 +1,83 @@
+"""Shared by the tests that need a real SGLang server on this CPU (tests/test_cpu_server.py,
+tests/test_emulator_contract.py): the SGLang-on-CPU environment, the tiny models, and a way to find
+every process a scenario started (children included) after the fact."""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from sglperf.sglang import envs
+from sglperf.testing import tiny_models
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY_CPU = ROOT / "deployments" / "tiny-cpu.toml"
+TINY_CPU_MTP = ROOT / "deployments" / "tiny-cpu-mtp.toml"
+SGLANG_VERSION = "0.5.23"  # the release the CPU kernel in ../shared/sglang-cpu is patched for
+TINY_MODELS_ENV = "SGLPERF_TINY_MODELS"
+MARKER_ENV = "SGLPERF_TEST_MARKER"
+
+
+@functools.cache
+def _setup() -> tuple[str, str] | str:
+    problem = envs.cpu_kernel_problem()
+    if problem:
+        return problem
+    try:
+        python = str(envs.ensure_cpu_env(SGLANG_VERSION, lambda m: print(m, file=sys.stderr)).python)
+    except envs.EnvBuildError as exc:
+        return f"no SGLang CPU environment: {exc}"
+    models = tiny_models.ensure(python, envs.home() / "tiny-models")
+    return python, str(models)
+
+
+def cpu_setup() -> tuple[str, Path]:
+    """(the CPU environment's python, the tiny models folder), or skip saying why this machine cannot."""
+    found = _setup()
+    if isinstance(found, str):
+        pytest.skip(found)
+    return found[0], Path(found[1])
+
+
+def new_marker() -> str:
+    return uuid.uuid4().hex
+
+
+def _pids() -> list[int]:
+    return [int(e.name) for e in Path("/proc").iterdir() if e.name.isdigit() and int(e.name) != os.getpid()]
+
+
+def marked_processes(marker: str, sessions: frozenset[int] = frozenset()) -> list[int]:
+    """Every process whose environment carries ``SGLPERF_TEST_MARKER=marker``, or that belongs to one of
+    ``sessions``. The server's scheduler and detokenizer rename themselves (setproctitle overwrites
+    /proc/PID/environ), so they are found by the session the launcher leads (``server_sessions``)."""
+    needle = f"{MARKER_ENV}={marker}".encode()
+    found = []
+    for pid in _pids():
+        try:
+            if sessions and os.getsid(pid) in sessions:
+                found.append(pid)
+                continue
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:
+            continue
+        if needle in environ.split(b"\0"):
+            found.append(pid)
+    return found
+
+
+def server_sessions(marker: str) -> frozenset[int]:
+    """The sessions led by marked processes: a launched server's (it starts a session of its own)."""
+    leaders = set()
+    for pid in marked_processes(marker):
+        try:
+            if os.getsid(pid) == pid:
+                leaders.add(pid)
+        except OSError:
+            continue
+    return frozenset(leaders)

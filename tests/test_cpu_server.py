@@ -1,0 +1,195 @@
+"""The live and measure tiers against a real SGLang server on this CPU (not the emulator).
+
+One real `sglang.launch_server --device cpu` serving the tiny Qwen3 (deployments/tiny-cpu.toml,
+variant plain): its effective args and live evidence, a baseline recorded and compared under
+baselines/cpu/, and teardown that leaves no process (server, scheduler, detokenizer) after a normal
+stop, after Ctrl-C to pytest and after SIGKILL of pytest. Skips, saying why, on a CPU without AVX-512
+and AMX or without the SGLang CPU kernel.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sglperf.judge import live_evidence
+from sglperf.model.deployment import Deployment, load
+from sglperf.model.intent_names import DECODE_CUDA_GRAPH
+from sglperf.model.measurement import BaselineStatus
+from sglperf.model.verdict import Status
+from sglperf.session import LiveOptions, LiveSession, PreflightSession
+from sglperf.session.live_session import CPU_NOTE, RunningVariant
+
+from .cpu_tier import (
+    MARKER_ENV,
+    ROOT,
+    TINY_CPU,
+    TINY_MODELS_ENV,
+    cpu_setup,
+    marked_processes,
+    new_marker,
+    server_sessions,
+)
+
+pytestmark = pytest.mark.needs_sglang
+GONE_WITHIN_S = 30.0
+
+
+def _wait_gone(marker: str, sessions: frozenset[int], seconds: float = GONE_WITHIN_S) -> list[int]:
+    deadline = time.monotonic() + seconds
+    while True:
+        left = marked_processes(marker, sessions)
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.5)
+
+
+def _describe(pids: list[int]) -> str:
+    lines = []
+    for pid in pids:
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            lines.append(f"{pid}: {cmdline[:200]}")
+        except OSError:
+            lines.append(f"{pid}: (gone)")
+    return "\n".join(lines)
+
+
+class Plain:
+    """The plain variant's real server, started once for this module."""
+
+    def __init__(self, tmp: Path):
+        self.python, models = cpu_setup()
+        self.marker = new_marker()
+        self.saved = {k: os.environ.get(k) for k in (TINY_MODELS_ENV, MARKER_ENV)}
+        os.environ[TINY_MODELS_ENV] = str(models)
+        os.environ[MARKER_ENV] = self.marker  # inherited by the server and every child it starts
+        self.deployment: Deployment = load(TINY_CPU)
+        self.variant = self.deployment.variant("plain")
+        self.preflight = PreflightSession(lambda: self.python, lambda m: print(m, file=sys.stderr))
+        options = LiveOptions(
+            results_dir=tmp / "results", baselines_dir=tmp / "baselines", update_baselines=True, root=ROOT
+        )
+        self.live = LiveSession(options, self.preflight, self.preflight._progress)
+        self.running: RunningVariant = self.live.running(self.deployment, self.variant)
+        self.sessions = server_sessions(self.marker)
+
+    def close(self) -> None:
+        self.live.close()
+        self.preflight.close()
+        for key, value in self.saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plain]:
+    server = Plain(tmp_path_factory.mktemp("cpu-plain"))
+    try:
+        yield server
+    finally:
+        server.close()
+        left = _wait_gone(server.marker, server.sessions)
+        assert not left, f"processes left after a normal stop:\n{_describe(left)}"
+
+
+def test_it_is_a_real_sglang_server_on_the_cpu(plain: Plain) -> None:
+    facts = plain.running.facts
+    assert not facts.emulated and facts.device == "cpu" and facts.version == "0.5.23"
+    assert facts.effective["attention_backend"] == "intel_amx"
+    assert "emulated" not in facts.effective
+    # SGLang starts a scheduler and a detokenizer beside the launcher: teardown must find them all.
+    assert plain.running.server.proc.pid in plain.sessions  # the launcher leads a session (the probe another)
+    assert len(marked_processes(plain.marker, plain.sessions)) >= 4
+
+
+def test_live_items_and_drift_pass(plain: Plain) -> None:
+    verdicts = plain.live.verdicts(plain.deployment, plain.variant)
+    assert {v.intent: v.status for v in verdicts} == {"prefill_cuda_graph": Status.PASS, DECODE_CUDA_GRAPH: Status.PASS}
+    decode = next(v for v in verdicts if v.intent == DECODE_CUDA_GRAPH)
+    assert "decode_cuda_graph_bs = []" in decode.detail and decode.tier == "live"
+    drift, lines = plain.live.drift(plain.deployment, plain.variant)
+    assert not drift.intent_fields, lines
+
+
+def test_args_saying_on_without_a_captured_decode_graph_fail_with_the_evidence(plain: Plain) -> None:
+    """The real server's own internal_states: read as a server whose args say decode graph 'full'
+    (the CPU rule aside) and that captured none, the live item fails, naming the evidence."""
+    facts = plain.running.facts
+    as_gpu_args = dataclasses.replace(facts, effective={k: v for k, v in facts.effective.items() if k != "device"})
+    (verdict,) = live_evidence.check(
+        "tiny-cpu", "plain", {DECODE_CUDA_GRAPH: True}, as_gpu_args, "", config=plain.deployment.hf_config(), tp=1
+    )
+    assert verdict.status == Status.FAIL and verdict.actual == "on in args, no graph captured"
+    assert "internal_states[0].decode_cuda_graph_bs = []" in verdict.detail
+
+
+def test_baseline_recorded_then_compared_as_cpu_numbers(plain: Plain) -> None:
+    workload = plain.deployment.workloads[0].model_copy(update={"repeats": 5, "output_len": 24, "warmup": 1})
+    recorded = plain.live.measure(plain.deployment, plain.variant, workload, 1)
+    path = plain.live.baseline_path(plain.deployment, plain.variant, emulated=False, device="cpu")
+    assert recorded.baseline_status == BaselineStatus.RECORDED and recorded.baseline == str(path)
+    assert path.parts[-4:] == ("cpu", "cpu-amx", "tiny-cpu", "plain.json") and path.is_file()
+    assert CPU_NOTE in recorded.notes and not recorded.emulated
+    plain.live.options = dataclasses.replace(plain.live.options, update_baselines=False)
+    compared = plain.live.measure(plain.deployment, plain.variant, workload, 1)
+    assert compared.baseline_status == BaselineStatus.COMPARED, compared.problems
+    assert {c.metric for c in compared.comparisons} >= {"decode_tok_s", "ttft_s"}
+
+
+def _pytest_until_healthy(tmp: Path) -> tuple[subprocess.Popen[bytes], str, frozenset[int]]:
+    """`pytest` on the plain variant's live items, as a user runs it, until its server is healthy."""
+    python, models = cpu_setup()
+    marker = new_marker()
+    results = tmp / "results"
+    env = {**os.environ, TINY_MODELS_ENV: str(models), MARKER_ENV: marker}
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        str(TINY_CPU),
+        "-k",
+        "tiny-cpu-plain and live",
+        f"--sglang-python={python}",
+        f"--results-dir={results}",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+    ]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = results / "progress.log"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        if log.is_file() and "healthy after" in log.read_text():
+            return proc, marker, server_sessions(marker)
+        time.sleep(0.5)
+    proc.kill()
+    proc.wait()
+    _wait_gone(marker, server_sessions(marker))
+    pytest.fail(f"the server did not become healthy under pytest (exit {proc.poll()}); see {log}")
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", "sigkill"])
+def test_no_process_left_when_pytest_is_interrupted(tmp_path: Path, how: str) -> None:
+    proc, marker, sessions = _pytest_until_healthy(tmp_path)
+    # pytest, the preflight probe, the launcher (a session of its own), its scheduler and detokenizer
+    assert sessions and len(marked_processes(marker, sessions)) >= 5
+    proc.send_signal(signal.SIGINT if how == "ctrl-c" else signal.SIGKILL)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        pytest.fail("pytest did not exit within 60 s of Ctrl-C")
+    left = _wait_gone(marker, sessions)
+    assert not left, f"processes left after {how} of pytest:\n{_describe(left)}"
