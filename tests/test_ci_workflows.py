@@ -95,7 +95,11 @@ def test_nightly_runs_locally_against_the_emulator(tmp_path: Path, sglang_python
         text=True,
         timeout=600,
     )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    # Exit 1, and only for the shipped deployment's one red-on-purpose verdict: qwen36's mtp3-full
+    # single-batch overlap is inert on a dense model. The live step itself passed.
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "0 failed, 1 inert, 0 errors, 0 unproven" in proc.stdout, proc.stdout[-3000:]
+    assert "1 passed" in proc.stdout and "qwen36-mtp3-full-single_batch_overlap" in proc.stdout
     text = summary.read_text()
     assert "sglperf report" in text and "test double" in text and "decode_tok_s" in text
     assert (tmp_path / "results" / "junit.xml").is_file()
