@@ -10,12 +10,16 @@ bash ci/setup.sh 0.5.23
 source ci/cpu-env.sh
 baselines=${CPU_BASELINES_DIR:-results/cpu-baselines}
 mkdir -p results
+# examples/ (users' own tests on the fixtures) run on the torch-compile variant, the one whose decode
+# graph is on, as examples/test_effective_args.py expects of a deployment.
+export SGLPERF_EXAMPLE_DEPLOYMENT=tiny-cpu
 # 1. every live and measure item, recording the baselines
-.venv/bin/pytest deployments/tiny-cpu.toml deployments/tiny-cpu-mtp.toml \
+.venv/bin/pytest deployments/tiny-cpu.toml deployments/tiny-cpu-mtp.toml examples -k "not examples or torch-compile" \
   --sglang-version=0.5.23 -p no:cacheprovider --update-baselines --baselines-dir="$baselines" \
   --junit-xml=results/cpu-tier-record.xml "$@"
 # 2. the measurements again, compared with those baselines; the CPU-server tests and the emulator contract
-exec .venv/bin/pytest deployments/tiny-cpu.toml deployments/tiny-cpu-mtp.toml \
+exec .venv/bin/pytest deployments/tiny-cpu.toml deployments/tiny-cpu-mtp.toml examples \
   tests/test_cpu_server.py tests/test_emulator_contract.py -m "measure or needs_sglang" \
+  -k "not examples or torch-compile" \
   --sglang-version=0.5.23 -p no:cacheprovider --baselines-dir="$baselines" \
   --junit-xml=results/cpu-tier.xml "$@"

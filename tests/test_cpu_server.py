@@ -18,6 +18,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from sglperf.judge import live_evidence
@@ -81,6 +82,13 @@ class Plain:
         self.live = LiveSession(options, self.preflight, self.preflight._progress)
         self.running: RunningVariant = self.live.running(self.deployment, self.variant)
         self.sessions = server_sessions(self.marker)
+        # What the server mapped in /dev/shm (SGLang's CPU allreduce buffer): must go with it.
+        self.shared = {
+            m.path
+            for proc in psutil.Process(self.running.server.proc.pid).children(recursive=True)
+            for m in proc.memory_maps()
+            if m.path.startswith("/dev/shm/")
+        }
 
     def close(self) -> None:
         self.live.close()
@@ -101,6 +109,8 @@ def plain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plain]:
         server.close()
         left = _wait_gone(server.marker, server.sessions)
         assert not left, f"processes left after a normal stop:\n{_describe(left)}"
+        assert server.shared, "expected SGLang's CPU backend to map a shared-memory buffer"
+        assert not [p for p in server.shared if os.path.exists(p)], f"shared memory left: {server.shared}"
 
 
 def test_it_is_a_real_sglang_server_on_the_cpu(plain: Plain) -> None:

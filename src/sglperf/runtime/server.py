@@ -32,6 +32,7 @@ from sglperf.sglang.server_api import HEALTH_PATHS, LAUNCH_MODULE
 HOST = "127.0.0.1"
 PROGRESS_EVERY_S = 30.0
 POLL_S = 0.25
+SHARED_MEMORY_DIR = "/dev/shm/"
 # A string, not an import: production code never imports the test double.
 EMULATOR_MODULE = "sglperf.testing.emulator"
 
@@ -197,6 +198,7 @@ class Server:
         started = time.monotonic()
         procs = _tree(self.proc.pid)
         pids = tuple(p.pid for p in procs)
+        shared = _shared_memory_files(procs)
         for p in procs:
             with contextlib.suppress(psutil.Error):
                 p.send_signal(signal.SIGTERM)
@@ -208,6 +210,9 @@ class Server:
         _, survivors = psutil.wait_procs(alive, timeout=5.0)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=1.0)  # reap our direct child
+        removed = _remove_files(shared)
+        if removed:
+            self._log.write(f"# sglperf: removed shared memory it left: {', '.join(removed)}\n".encode())
         self._log.write(f"# sglperf: stopped at {time.time():.3f}\n".encode())
         self._log.close()
         self._stopped = StopReport(pids, killed, tuple(p.pid for p in survivors), time.monotonic() - started)
@@ -230,6 +235,26 @@ def _start_fresh_log(path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.exists():
         os.replace(path, path.with_name(path.name + ".1"))
+
+
+def _shared_memory_files(procs: Sequence[psutil.Process]) -> set[str]:
+    """Files in /dev/shm the server's processes have mapped: theirs. SGLang's CPU backend leaves a
+    270 MB `deepspeed_allreduce_buffer_*` there per start; on RAM-backed /dev/shm, enough of them
+    starve the next servers ("Loaded weights leave no ... memory for the KV cache")."""
+    found: set[str] = set()
+    for p in procs:
+        with contextlib.suppress(psutil.Error, OSError):
+            found |= {m.path for m in p.memory_maps() if m.path.startswith(SHARED_MEMORY_DIR)}
+    return found
+
+
+def _remove_files(paths: set[str]) -> list[str]:
+    removed = []
+    for path in sorted(paths):
+        with contextlib.suppress(FileNotFoundError, PermissionError):
+            os.unlink(path)
+            removed.append(path)
+    return removed
 
 
 def _tree(pid: int) -> list[psutil.Process]:
