@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import httpx
-import numpy as np
 
 from sglperf.measure.prompts import Prompt, PromptSet
 from sglperf.measure.samples import (
@@ -45,7 +44,8 @@ from sglperf.measure.samples import (
 from sglperf.measure.stream import RequestContext, parse_native, parse_openai, sse_events
 from sglperf.model.deployment import Workload
 from sglperf.model.metrics import METRIC_NAMES, METRICS
-from sglperf.sglang.server_api import FLUSH_CACHE_PATH, GENERATE_PATHS, SERVER_INFO_PATHS
+from sglperf.model.server_facts import ServerFacts
+from sglperf.sglang.server_api import FLUSH_CACHE_PATH, GENERATE_PATHS, NOT_ARGS, SERVER_INFO_PATHS
 
 T = TypeVar("T")
 DEFAULT_TIMEOUT_S = 600.0  # a whole request; long outputs at low rates take minutes
@@ -186,15 +186,10 @@ class _Session:
                 break
         if not isinstance(info, dict):
             return None, f"none of {', '.join(SERVER_INFO_PATHS)} answered with a JSON object"
-        states = info.get("internal_states")
-        values = [
-            s["avg_spec_accept_length"]
-            for s in states or ()
-            if isinstance(s, dict) and isinstance(s.get("avg_spec_accept_length"), (int, float))
-        ]
-        if not values:
+        value = ServerFacts.from_server_info(self.base_url, info, {}, NOT_ARGS).avg_spec_accept_length
+        if value is None:
             return None, "server_info has no internal_states[..].avg_spec_accept_length (speculative decoding off?)"
-        return float(np.mean(values)), None
+        return value, None
 
 
 async def _stamp_reads(chunks: AsyncIterator[bytes], t0: float, reads: list[tuple[float, bytes]]) -> None:

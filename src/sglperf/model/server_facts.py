@@ -16,6 +16,31 @@ class ServerFacts:
     model_info: dict[str, Any]
     emulated: bool
 
+    @classmethod
+    def from_server_info(
+        cls, base_url: str, info: Mapping[str, Any], model_info: dict[str, Any], not_args: frozenset[str]
+    ) -> ServerFacts:
+        """``info`` is `/server_info`'s JSON object; ``not_args`` its keys that are not server args."""
+        states = info.get("internal_states") or []
+        return cls(
+            base_url=base_url,
+            version=str(info.get("version", "unknown")),
+            effective={k: v for k, v in info.items() if k not in not_args},
+            internal_states=tuple(s for s in states if isinstance(s, dict)),
+            model_info=model_info,
+            emulated=bool(info.get("emulated", False)),
+        )
+
+    @property
+    def avg_spec_accept_length(self) -> float | None:
+        """Mean over DP ranks of the server's running acceptance average (only after speculative traffic)."""
+        values = [
+            float(s["avg_spec_accept_length"])
+            for s in self.internal_states
+            if isinstance(s.get("avg_spec_accept_length"), (int, float))
+        ]
+        return sum(values) / len(values) if values else None
+
     @property
     def graph_memory(self) -> dict[str, float] | None:
         """Per-phase CUDA graph memory (GB) of the first rank, on releases that report it (0.5.17+)."""

@@ -42,12 +42,4 @@ def read_facts(base_url: str, headers: Mapping[str, str] | None = None, timeout_
     with httpx.Client(timeout=timeout_s, headers=dict(headers or {})) as client:
         info = _get_json(client, base_url, SERVER_INFO_PATHS)
         model = _get_json(client, base_url, MODEL_INFO_PATHS)
-    states = info.get("internal_states") or []
-    return ServerFacts(
-        base_url=base_url,
-        version=str(info.get("version", "unknown")),
-        effective={k: v for k, v in info.items() if k not in NOT_ARGS},
-        internal_states=tuple(s for s in states if isinstance(s, dict)),
-        model_info=model,
-        emulated=bool(info.get("emulated", False)),
-    )
+    return ServerFacts.from_server_info(base_url, info, model, NOT_ARGS)
