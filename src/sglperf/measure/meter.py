@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -42,6 +43,7 @@ from sglperf.measure.samples import (
     round_stats,
 )
 from sglperf.measure.stream import RequestContext, parse_native, parse_openai, sse_events
+from sglperf.measure.transport import Ending, Exchange, Origin, TransportError, decode_response, post_streamed
 from sglperf.model.deployment import Workload
 from sglperf.model.metrics import METRIC_NAMES, METRICS
 from sglperf.model.server_facts import ServerFacts
@@ -56,20 +58,10 @@ FLUSH_ATTEMPTS = 20  # SGLang refuses a flush while a finished request is still 
 FLUSH_RETRY_S = 0.05
 
 
-def _transport_problem(exc: BaseException, reads: Sequence[tuple[float, bytes]], chunk_timeout_s: float) -> str:
-    events = _count_events(reads)
-    if isinstance(exc, httpx.ReadTimeout):
-        return f"stall: no data for {chunk_timeout_s:g} s after {events}"
-    if isinstance(exc, httpx.ConnectError) and not reads:
-        return f"cannot connect: {type(exc).__name__}: {exc}"
-    return f"connection dropped after {events} ({type(exc).__name__}: {exc})"
-
-
 @dataclass(frozen=True)
 class RawResponse:
     ctx: RequestContext
-    reads: tuple[tuple[float, bytes], ...]  # (seconds since sent, bytes of one network read)
-    sent_at: float  # perf_counter when the request was sent: the zero of the read stamps
+    exchange: Exchange
 
 
 class _Session:
@@ -87,14 +79,13 @@ class _Session:
     ) -> None:
         self.base_url, self.workload, self.model = base_url, workload, model
         self.timeout_s, self.chunk_timeout_s = timeout_s, chunk_timeout_s
-        timeout = httpx.Timeout(30.0, read=chunk_timeout_s)
         # OpenAI-compatible servers expect a bearer token even when they do not check it.
         token = api_key or ("EMPTY" if workload.api != "native" else None)
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        # No retries anywhere: a retried request would hide the failure and skew the timing.
-        self.http = httpx.AsyncClient(
-            base_url=base_url, headers=headers, timeout=timeout, limits=httpx.Limits(max_connections=concurrency + 4)
-        )
+        self.headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.origin = Origin.of(base_url)
+        # Control requests only (flush, server info); generation goes through `transport`. No proxy
+        # from the environment, as there: it would sit between the meter and the server.
+        self.http = httpx.AsyncClient(base_url=base_url, headers=self.headers, timeout=30.0, trust_env=False)
 
     async def close(self) -> None:
         await self.http.aclose()
@@ -104,34 +95,45 @@ class _Session:
         return RequestContext(url, request_id, prompt.id, repeat, self.workload.output_len)
 
     async def fetch(self, prompt: Prompt, request_id: str, repeat: int) -> RawResponse:
-        """Send one request and stamp its stream; transport failures raise MeterError here."""
+        """Send one request and stamp its stream (the body is encoded before the clock starts)."""
         ctx = self.context(prompt, request_id, repeat)
-        reads: list[tuple[float, bytes]] = []
-        request = self.http.build_request("POST", GENERATE_PATHS[self.workload.api], json=self.body(prompt))
+        body = json.dumps(self.body(prompt)).encode()
         try:
-            async with asyncio.timeout(self.timeout_s):
-                sent_at = time.perf_counter()  # the zero: the request is built, the client sends it now
-                response = await self.http.send(request, stream=True)
-                try:
-                    if response.status_code != 200:
-                        text = (await response.aread()).decode(errors="replace")
-                        raise ctx.error(f"HTTP {response.status_code}: {text[:300]}")
-                    await _stamp_reads(response.aiter_bytes(), sent_at, reads)
-                finally:
-                    await response.aclose()
-        except MeterError:
-            raise
-        except TimeoutError:
-            raise ctx.error(f"no complete answer within {self.timeout_s:g} s ({_count_events(reads)})") from None
-        except httpx.HTTPError as exc:
-            raise ctx.error(_transport_problem(exc, reads, self.chunk_timeout_s)) from None
-        return RawResponse(ctx, tuple(reads), sent_at)
+            exchange = await post_streamed(
+                self.origin,
+                GENERATE_PATHS[self.workload.api],
+                body,
+                self.headers,
+                timeout_s=self.timeout_s,
+                chunk_timeout_s=self.chunk_timeout_s,
+            )
+        except TransportError as exc:
+            raise ctx.error(str(exc)) from None
+        return RawResponse(ctx, exchange)
 
     def parse(self, raw: RawResponse) -> RequestSample:
-        events = sse_events(raw.reads)
+        ctx, exchange = raw.ctx, raw.exchange
+        try:
+            response = decode_response(exchange.reads, exchange.ending is Ending.CLOSED)
+        except TransportError as exc:
+            raise ctx.error(f"malformed HTTP response: {exc}") from None
+        if response is None:
+            raise ctx.error(self._interrupted(exchange, "before the response's status and headers arrived"))
+        if response.status != 200:
+            raise ctx.error(f"HTTP {response.status}: {response.text[:300]}")
+        events = sse_events(response.body)
+        if not response.complete:
+            raise ctx.error(self._interrupted(exchange, f"after {len(events)} stream events"))
         if self.workload.api == "native":
-            return parse_native(events, raw.ctx)
-        return parse_openai(events, raw.ctx, chat=self.workload.api == "openai-chat")
+            return parse_native(events, ctx)
+        return parse_openai(events, ctx, chat=self.workload.api == "openai-chat")
+
+    def _interrupted(self, exchange: Exchange, when: str) -> str:
+        if exchange.ending is Ending.STALLED:
+            return f"stall: no data for {self.chunk_timeout_s:g} s {when}"
+        if exchange.ending is Ending.TIMED_OUT:
+            return f"no complete answer within {self.timeout_s:g} s ({when})"
+        return f"connection dropped {when}" + (f" ({exchange.detail})" if exchange.detail else "")
 
     def body(self, prompt: Prompt) -> dict[str, Any]:
         """The request body: greedy, exactly ``output_len`` tokens, streamed, with token counts."""
@@ -190,16 +192,6 @@ class _Session:
         if value is None:
             return None, "server_info has no internal_states[..].avg_spec_accept_length (speculative decoding off?)"
         return value, None
-
-
-async def _stamp_reads(chunks: AsyncIterator[bytes], t0: float, reads: list[tuple[float, bytes]]) -> None:
-    """Stamp each network read as it arrives; nothing else happens in this loop."""
-    async for data in chunks:
-        reads.append((time.perf_counter() - t0, data))
-
-
-def _count_events(reads: Sequence[tuple[float, bytes]]) -> str:
-    return f"{len(sse_events(reads))} stream events"
 
 
 @contextmanager
@@ -277,7 +269,7 @@ async def run_workload(
             raws = await _bounded(limit, [job(p, f"{workload.id}/r{r}/{p.id}", r) for p in items])
             parsed = [session.parse(raw) for raw in raws]
             samples += parsed
-            rounds.append(round_stats(r, [raw.sent_at for raw in raws], parsed))
+            rounds.append(round_stats(r, [raw.exchange.sent_at for raw in raws], parsed))
             if on_round is not None and r + 1 < workload.repeats:
                 partial = _result(
                     base_url, workload, prompts, concurrency, tuple(samples), tuple(rounds), None, None, 0.0

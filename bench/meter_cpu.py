@@ -1,0 +1,266 @@
+"""How much CPU does sglperf's meter spend per streamed token, next to SGLang's own bench_serving?
+
+Both clients stream the same work from the same server, each in a process of its own: N requests of
+exactly ``--output-len`` tokens over the native ``/generate`` endpoint (``bench_serving --backend
+sglang``), ``--concurrency`` in flight, greedy, ``ignore_eos``. The server is the emulator (plain and
+MTP, at ``--rate`` tok/s per stream, 10x a real 27B's 70) or, with ``--real-cpu``, a real SGLang
+0.5.23 server on this CPU serving the tiny Qwen3 (variants ``plain`` and ``eagle3`` of
+``deployments/tiny-cpu.toml``).
+
+CPU time is the client process's user + system time, from ``wait4`` (threads and reaped children
+included). It also holds the process's start-up (imports, a tokenizer, bench_serving's warm-up
+request), so each client runs twice, with ``--small`` and ``--large`` requests, and CPU per token is
+(CPU of the large run - CPU of the small run) / (tokens of the large - tokens of the small): start-up
+cancels out. ``--pairs`` such differences per client, the clients alternating; the table shows their
+median and range, and the ratio of the medians (meter / bench_serving; <= 1 is the target).
+
+The meter's accuracy at these rates is measured by ``bench/meter_overhead.py``. The meter runs its
+rounds back to back without flushing the prefix cache (bench_serving never flushes), and its
+per-round flush and ``/server_info`` read are not in the work.
+
+Prints a markdown table headed by the command line; exits 1 if a ratio is above ``--target``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from sglperf.runtime import server
+from sglperf.sglang import envs
+from sglperf.testing import tiny_models
+from sglperf.testing.emulator.config import CONFIG_ENV
+from sglperf.testing.emulator.timing import expected_accept_length
+
+REPO = Path(__file__).resolve().parents[1]
+SGLANG_VERSION = "0.5.23"
+SPEC_STEPS, ACCEPT_PROB = 3, 0.7
+SPEC_ARGV = ("--speculative-algorithm", "NEXTN", "--speculative-num-steps", str(SPEC_STEPS))
+SPEC_ARGV += ("--speculative-num-draft-tokens", str(SPEC_STEPS + 1), "--speculative-eagle-topk", "1")
+# The meter as the suite runs it, in a process of its own: one round per `concurrency` requests.
+METER_CLIENT = """
+import json, sys
+from pathlib import Path
+from sglperf.measure.meter import measure
+from sglperf.measure.prompts import Message, Prompt, PromptSet
+from sglperf.model.deployment import Workload
+url, requests, concurrency, output_len = sys.argv[1], *map(int, sys.argv[2:5])
+prompts = tuple(
+    Prompt(f"p{i}", (Message("user", f"Prompt {i}: describe a lighthouse at dusk."),)) for i in range(concurrency)
+)
+workload = Workload(
+    id="cpu", prompts=Path("<generated>"), output_len=output_len, warmup=0, repeats=requests // concurrency,
+    api="native", reuse_prefix_cache=True,
+)
+result = measure(url, workload, PromptSet("bench", Path("<generated>"), prompts, "generated"), concurrency=concurrency)
+print(json.dumps({"tokens": sum(s.completion_tokens for s in result.samples)}))
+"""
+
+
+@dataclass(frozen=True)
+class Target:
+    """A running server and what the clients need to talk to it."""
+
+    label: str
+    url: str
+    tokenizer: Path  # bench_serving needs one to make its random-ids prompts and count its outputs
+
+
+@dataclass(frozen=True)
+class Run:
+    cpu_s: float
+    tokens: int
+
+
+@dataclass(frozen=True)
+class Row:
+    target: str
+    client: str
+    per_token_us: tuple[float, ...]  # one per pair of runs
+
+    @property
+    def median(self) -> float:
+        return float(np.median(self.per_token_us))
+
+
+def _run(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[float, str]:
+    """Run a client to its end: (its CPU seconds, its stdout); fails loudly if it failed."""
+    out_path, err_path = cwd / "client.out", cwd / "client.err"
+    with out_path.open("wb") as out, err_path.open("wb") as err:
+        proc = subprocess.Popen(argv, stdout=out, stderr=err, env=env, cwd=cwd)
+        _, status, usage = os.wait4(proc.pid, 0)  # reaps it, with its resource usage
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    text = out_path.read_text(errors="replace")
+    if proc.returncode != 0:
+        errors = err_path.read_text(errors="replace")
+        raise RuntimeError(f"{' '.join(argv[:4])} failed ({proc.returncode}):\n{text[-2000:]}\n{errors[-2000:]}")
+    return usage.ru_utime + usage.ru_stime, text
+
+
+def run_meter(target: Target, requests: int, args: argparse.Namespace, tmp: Path) -> Run:
+    argv = [sys.executable, "-c", METER_CLIENT, target.url, str(requests), str(args.concurrency), str(args.output_len)]
+    cpu_s, out = _run(argv, dict(os.environ), tmp)
+    return Run(cpu_s, json.loads(out.strip().splitlines()[-1])["tokens"])
+
+
+def run_bench_serving(target: Target, requests: int, args: argparse.Namespace, tmp: Path) -> Run:
+    result = tmp / f"bench-serving-{requests}.jsonl"
+    result.unlink(missing_ok=True)
+    argv = [
+        args.sglang_python,
+        "-m",
+        "sglang.bench_serving",
+        "--backend",
+        "sglang",
+        "--base-url",
+        target.url,
+        "--dataset-name",
+        "random-ids",
+        "--random-input-len",
+        "32",
+        "--random-output-len",
+        str(args.output_len),
+        "--random-range-ratio",
+        "1",
+        "--num-prompts",
+        str(requests),
+        "--max-concurrency",
+        str(args.concurrency),
+        "--request-rate",
+        "inf",
+        "--tokenizer",
+        str(target.tokenizer),
+        "--disable-tqdm",
+        "--output-file",
+        str(result),
+    ]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    cpu_s, out = _run(argv, env, tmp)
+    record = json.loads(result.read_text().splitlines()[-1])
+    if record.get("completed") != requests:
+        raise RuntimeError(f"bench_serving completed {record.get('completed')} of {requests} requests:\n{out[-1500:]}")
+    return Run(cpu_s, int(record["total_output_tokens"]))
+
+
+CLIENTS = {"sglperf meter": run_meter, "bench_serving": run_bench_serving}
+
+
+def measure_target(target: Target, args: argparse.Namespace) -> list[Row]:
+    per_token: dict[str, list[float]] = {name: [] for name in CLIENTS}
+    with tempfile.TemporaryDirectory() as tmp:
+        for client in CLIENTS.values():  # once unmeasured: the first start compiles and caches files
+            client(target, args.small, args, Path(tmp))
+        for pair in range(args.pairs):
+            for name, client in CLIENTS.items():
+                small = client(target, args.small, args, Path(tmp))
+                large = client(target, args.large, args, Path(tmp))
+                value = (large.cpu_s - small.cpu_s) / (large.tokens - small.tokens) * 1e6
+                per_token[name].append(value)
+                print(f"  {target.label} pair {pair}: {name}: {value:.1f} us/token", file=sys.stderr)
+    return [Row(target.label, name, tuple(per_token[name])) for name in CLIENTS]
+
+
+@contextmanager
+def emulator(spec: bool, rate: float, tokenizer: Path, log_dir: Path) -> Iterator[Target]:
+    per_step = expected_accept_length(ACCEPT_PROB, SPEC_STEPS) if spec else 1.0
+    config = {"startup_s": 0.1, "noise_cv": 0.0, "accept_prob": ACCEPT_PROB, "decode_step_s": per_step / rate}
+    label = f"emulator, {'MTP' if spec else 'plain'}, {rate:g} tok/s per stream"
+    spec_ = server.ServerSpec(
+        name="emulator",
+        python=sys.executable,
+        argv=("--model-path", str(tokenizer), *(SPEC_ARGV if spec else ())),
+        env={CONFIG_ENV: json.dumps(config)},
+        log_path=log_dir / f"emulator-{int(spec)}.log",
+        emulated=True,
+    )
+    running = server.launch(spec_)
+    try:
+        yield Target(label, running.base_url, tokenizer)
+    finally:
+        running.stop()
+
+
+@contextmanager
+def real_cpu_server(variant: str, models: Path, python: str, results: Path) -> Iterator[Target]:
+    """The tiny-cpu deployment's variant, launched the way the suite launches it (preflight included)."""
+    from sglperf.model.deployment import load
+    from sglperf.session import LiveOptions, LiveSession, PreflightSession
+
+    os.environ["SGLPERF_TINY_MODELS"] = str(models)
+    deployment = load(REPO / "deployments" / "tiny-cpu.toml")
+    progress = lambda message: print(f"  {message}", file=sys.stderr)  # noqa: E731
+    preflight = PreflightSession(lambda: python, progress)
+    live = LiveSession(LiveOptions(results_dir=results, root=REPO), preflight, progress)
+    try:
+        running = live.running(deployment, deployment.variant(variant))
+        yield Target(
+            f"real SGLang {SGLANG_VERSION} CPU server, tiny Qwen3, {variant}",
+            running.server.base_url,
+            models / "tiny-qwen3",
+        )
+    finally:
+        live.close()
+        preflight.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rate", type=float, default=700.0, help="emulator decode tok/s per stream")
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--output-len", type=int, default=256)
+    parser.add_argument("--small", type=int, default=16, help="requests in the short run of a pair")
+    parser.add_argument("--large", type=int, default=144, help="requests in the long run of a pair")
+    parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--real-cpu", action="store_true", help="also measure against a real SGLang CPU server")
+    parser.add_argument("--target", type=float, default=1.0, help="largest meter / bench_serving ratio allowed")
+    args = parser.parse_args(argv)
+    if args.large % args.concurrency or args.small % args.concurrency:
+        parser.error("--small and --large must be multiples of --concurrency (the meter runs whole rounds)")
+    args.sglang_python = str(envs.ensure_env(SGLANG_VERSION).python)
+    cache = Path(os.environ.get("SGLPERF_HOME", Path.home() / ".cache" / "sglperf"))
+    cpu_python = str(envs.ensure_cpu_env(SGLANG_VERSION).python) if args.real_cpu else None
+    models = tiny_models.ensure(cpu_python or args.sglang_python, cache / "tiny-models")
+
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory() as logs:
+        for spec in (False, True):
+            with emulator(spec, args.rate, models / "tiny-qwen3", Path(logs)) as target:
+                rows += measure_target(target, args)
+        if cpu_python is not None:
+            for variant in ("plain", "eagle3"):
+                with real_cpu_server(variant, models, cpu_python, Path(logs) / "results") as target:
+                    rows += measure_target(target, args)
+
+    command = " ".join(["python", "bench/meter_cpu.py", *(argv if argv is not None else sys.argv[1:])])
+    print(
+        f"`{command}` ({os.cpu_count()} CPUs; {args.concurrency} streams, {args.output_len} tokens per request, "
+        f"{args.small} and {args.large} requests per pair, {args.pairs} pairs)\n"
+    )
+    print("| server | client | CPU per token, median | range | meter / bench_serving |")
+    print("|---|---|---:|---:|---:|")
+    failed = []
+    for meter_row, bench_row in zip(rows[::2], rows[1::2], strict=True):
+        ratio = meter_row.median / bench_row.median
+        for row in (meter_row, bench_row):
+            lo, hi = min(row.per_token_us), max(row.per_token_us)
+            cell = f"{ratio:.2f}" if row is meter_row else ""
+            print(f"| {row.target} | {row.client} | {row.median:.1f} us | {lo:.1f}-{hi:.1f} | {cell} |")
+        if ratio > args.target:
+            failed.append(f"{meter_row.target}: ratio {ratio:.2f} > {args.target}")
+    for line in failed:
+        print(f"\nTARGET MISSED: {line}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
