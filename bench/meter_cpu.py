@@ -45,8 +45,10 @@ from sglperf.testing.emulator.timing import expected_accept_length
 REPO = Path(__file__).resolve().parents[1]
 SGLANG_VERSION = "0.5.23"
 SPEC_STEPS, ACCEPT_PROB = 3, 0.7
-SPEC_ARGV = ("--speculative-algorithm", "NEXTN", "--speculative-num-steps", str(SPEC_STEPS))
-SPEC_ARGV += ("--speculative-num-draft-tokens", str(SPEC_STEPS + 1), "--speculative-eagle-topk", "1")
+SPEC_ARGV = (
+    *("--speculative-algorithm", "NEXTN", "--speculative-num-steps", str(SPEC_STEPS)),
+    *("--speculative-num-draft-tokens", str(SPEC_STEPS + 1), "--speculative-eagle-topk", "1"),
+)
 # The meter as the suite runs it, in a process of its own: one round per `concurrency` requests.
 METER_CLIENT = """
 import json, sys

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sourced by ci/selftest.sh and ci/cpu-tier.sh: prepares the real-SGLang-on-CPU tier when this CPU can
-# run it (AVX-512 + AMX): the SGLang 0.5.23 CPU environment (the kernel wheel from
+# run it (AVX-512): the SGLang 0.5.23 CPU environment (the kernel wheel from
 # $SGLPERF_SGLANG_CPU_DIR, default ../shared/sglang-cpu beside the clone) and the tiny models, whose
 # folder it exports as SGLPERF_TINY_MODELS. Otherwise the tier's items skip, saying why.
 cpu_problem=$(.venv/bin/python -c 'from sglperf.sglang import envs; print(envs.cpu_kernel_problem() or "")')

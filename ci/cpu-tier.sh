@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The live and measure tiers against a real SGLang 0.5.23 server on this CPU (no GPU; needs AVX-512 and
-# AMX), plus the emulator contract test (the same probes against the real server and the emulator).
+# The live and measure tiers against a real SGLang 0.5.23 server on this CPU (no GPU; needs AVX-512, uses
+# AMX where present), plus the emulator contract test (the same probes against the real server and the emulator).
 # CPU timings move with the machine and its load, so baselines are recorded by this run and then
 # compared against (results/cpu-baselines/cpu/...), never against numbers from another machine.
 # Usage: ci/cpu-tier.sh [pytest args...]     JUnit XML: results/cpu-tier-record.xml, results/cpu-tier.xml

@@ -269,3 +269,16 @@ def test_a_failed_step_names_it_with_the_output_tail_without_index_warnings() ->
         f"line {i}" for i in range(32, 40)
     )
     assert said == [f"  install light requirements: {sys.executable} -c {script} ..."]
+
+
+ZEN4 = "processor\t: 0\nflags\t\t: fpu sse avx2 avx512f avx512dq avx512cd avx512bw avx512vl avx512_bf16\n"
+SAPPHIRE_RAPIDS = ZEN4.replace("avx512_bf16", "avx512_bf16 amx_bf16 amx_tile amx_int8")
+HASWELL = "flags\t\t: fpu sse avx2 fma\n"
+
+
+def test_the_cpu_kernel_needs_avx512_and_uses_amx_only_where_present() -> None:
+    assert envs.cpu_kernel_problem(ZEN4) is None and not envs.cpu_has_amx(ZEN4)
+    assert envs.cpu_kernel_problem(SAPPHIRE_RAPIDS) is None and envs.cpu_has_amx(SAPPHIRE_RAPIDS)
+    problem = envs.cpu_kernel_problem(HASWELL)
+    assert problem is not None and "lacks avx512f, avx512bw, avx512vl, avx512dq, avx512cd" in problem
+    assert "no /proc/cpuinfo flags" in (envs.cpu_kernel_problem("") or "")

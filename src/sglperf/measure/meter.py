@@ -2,14 +2,15 @@
 
 Definitions of the numbers are in `sglperf.measure.samples`; parsing in `sglperf.measure.stream`.
 
-To keep client overhead out of these numbers, the request (body, headers) is built before the
-clock starts and the clock's zero is taken immediately before the HTTP client sends it, on both
-the native and the OpenAI endpoints (sent with the same HTTP client: the OpenAI SDK would build
-and validate the request after the zero); the receive loop only stamps each network read with
-``perf_counter`` (an SSE event gets the time of the read that completed it); splitting, decoding and
-JSON happen after the whole batch of concurrent requests has ended, so handling one finished stream
-never delays the stamps of another still running. Garbage collection is paused while streaming.
-So TTFT runs from the client's send to the read that delivered the first token-carrying chunk.
+To keep client overhead out of these numbers, the request (body, headers) is built and its
+connection opened before the clock starts; the clock's zero is taken immediately before the request
+is written, on both the native and the OpenAI endpoints (sent with the same client: the OpenAI SDK
+would build and validate the request after the zero). While streams run, the only work is stamping
+each network read with ``perf_counter`` (`sglperf.measure.transport`; an SSE event gets the time of
+the read that completed it); HTTP decoding, SSE splitting and JSON happen after the whole batch of
+concurrent requests has ended, so handling one finished stream never delays the stamps of another
+still running. Garbage collection is paused while streaming. So TTFT runs from the write of the
+request to the read that delivered the first token-carrying chunk.
 
 ``run_workload`` takes an optional ``on_round`` callback, called with the result so far after every
 measured round; returning True stops the loop there (sequential stopping, decided by the caller).

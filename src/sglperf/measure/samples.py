@@ -8,11 +8,12 @@ Definitions, per request (times in seconds from just before the request is sent)
 * ITL: the same window per token, (last - first) / tokens after the first chunk = 1 / decode tok/s.
 
 TTFT is measured from the client's send to the first token-carrying chunk: the request (JSON body,
-headers) is built before the clock starts, and the clock's zero is taken immediately before the
-HTTP client writes it, so request building is out; waiting for a concurrency slot is out too (each
-request has its own zero). What is in: the network, the server's queueing, tokenization and
-prefill, and the read that delivers the chunk. Chunks are stamped on the network read that
-completes them; SSE splitting and JSON parsing happen after the whole round has ended.
+headers) is built and its connection opened before the clock starts, and the clock's zero is taken
+immediately before the request is written, so request building and the TCP handshake are out;
+waiting for a concurrency slot is out too (each request has its own zero). What is in: the network,
+the server's queueing, tokenization and prefill, and the read that delivers the chunk. Chunks are
+stamped on the network read that completes them; HTTP decoding, SSE splitting and JSON parsing
+happen after the whole round has ended.
 
 Per round, at concurrency > 1 (`RoundStats`):
 

@@ -23,6 +23,7 @@ import ssl
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import cast
 from urllib.parse import urlsplit
 
 CONNECT_TIMEOUT_S = 30.0
@@ -90,8 +91,7 @@ class _Recorder(asyncio.Protocol):
         self.detail: str | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = cast(asyncio.Transport, transport)  # create_connection makes a stream transport
 
     def data_received(self, data: bytes) -> None:
         self.reads.append((time.perf_counter(), data))
@@ -226,8 +226,8 @@ def _body_spans(
                 size = int(size_field, 16)
             except ValueError:
                 raise TransportError(f"malformed chunk size {size_field[:20]!r} at byte {pos}") from None
-            if size == 0:
-                return spans, True
+            if size == 0:  # the last chunk; complete once the (empty) trailer section has ended
+                return spans, raw.find(b"\r\n\r\n", line_end) >= 0
             data_start = line_end + 2
             spans.append((data_start, min(data_start + size, len(raw))))
             pos = data_start + size + 2
