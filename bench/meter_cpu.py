@@ -3,9 +3,9 @@
 Both clients stream the same work from the same server, each in a process of its own: N requests of
 exactly ``--output-len`` tokens over the native ``/generate`` endpoint (``bench_serving --backend
 sglang``), ``--concurrency`` in flight, greedy, ``ignore_eos``. The server is the emulator (plain and
-MTP, at ``--rate`` tok/s per stream, 10x a real 27B's 70) or, with ``--real-cpu``, a real SGLang
+MTP, at ``--rate`` tok/s per stream, 10x a real 27B's 70) and/or (``--servers``) a real SGLang
 0.5.23 server on this CPU serving the tiny Qwen3 (variants ``plain`` and ``eagle3`` of
-``deployments/tiny-cpu.toml``).
+``deployments/tiny-cpu.toml``, launched as the suite launches them).
 
 CPU time is the client process's user + system time, from ``wait4`` (threads and reaped children
 included). It also holds the process's start-up (imports, a tokenizer, bench_serving's warm-up
@@ -223,19 +223,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--small", type=int, default=16, help="requests in the short run of a pair")
     parser.add_argument("--large", type=int, default=144, help="requests in the long run of a pair")
     parser.add_argument("--pairs", type=int, default=3)
-    parser.add_argument("--real-cpu", action="store_true", help="also measure against a real SGLang CPU server")
+    parser.add_argument("--servers", default="emulator", help="emulator, real-cpu or both, comma-separated")
     parser.add_argument("--target", type=float, default=1.0, help="largest meter / bench_serving ratio allowed")
     args = parser.parse_args(argv)
+    servers = set(args.servers.split(","))
+    if not servers or servers - {"emulator", "real-cpu"}:
+        parser.error("--servers takes emulator, real-cpu or both")
     if args.large % args.concurrency or args.small % args.concurrency:
         parser.error("--small and --large must be multiples of --concurrency (the meter runs whole rounds)")
     args.sglang_python = str(envs.ensure_env(SGLANG_VERSION).python)
     cache = Path(os.environ.get("SGLPERF_HOME", Path.home() / ".cache" / "sglperf"))
-    cpu_python = str(envs.ensure_cpu_env(SGLANG_VERSION).python) if args.real_cpu else None
+    cpu_python = str(envs.ensure_cpu_env(SGLANG_VERSION).python) if "real-cpu" in servers else None
     models = tiny_models.ensure(cpu_python or args.sglang_python, cache / "tiny-models")
 
     rows: list[Row] = []
     with tempfile.TemporaryDirectory() as logs:
-        for spec in (False, True):
+        for spec in (False, True) if "emulator" in servers else ():
             with emulator(spec, args.rate, models / "tiny-qwen3", Path(logs)) as target:
                 rows += measure_target(target, args)
         if cpu_python is not None:

@@ -12,7 +12,15 @@ two post-import hooks, which act when their module is first imported.
 2. ``sglang.srt.models.qwen3_5``: SGLang 0.5.23 calls ``fused_sigmoid_mul_cpu(x, gate)``, whose schema in
    this kernel is ``(Tensor(a!) input, Tensor gate, bool inplace)``; the call gets ``inplace=True``.
 
-Set ``SGLPERF_CPU_SHIM=0`` to turn both off (and see SGLang's own errors).
+3. ``sglang.srt.utils.common`` on a CPU without AMX (an AMD EPYC with AVX-512, say): SGLang takes its
+   CPU serving path (``intel_amx`` attention, packed weights, the kernel's fused ops) only when
+   ``torch.cpu._is_amx_tile_supported()``; otherwise it falls back to ``torch_native`` attention, with
+   which 0.5.23 supports neither speculative decoding ("EAGLE is not supported in decode attention
+   backend torch_native") nor the CPU graph. This kernel build holds no AMX instruction (its matrix
+   products go through torch's oneDNN brgemm, which picks AVX-512 code at run time), so the shim
+   tells SGLang AMX is there, and says so on stderr.
+
+Set ``SGLPERF_CPU_SHIM=0`` to turn all three off (and see SGLang's own errors).
 """
 
 from __future__ import annotations
@@ -69,9 +77,25 @@ def patch_qwen3_5(module: ModuleType) -> None:
     module._fused_sigmoid_mul_cpu = fused_sigmoid_mul_cpu  # type: ignore[attr-defined]
 
 
+AMX_NOTE = (
+    "sglperf CPU shim: this CPU has no AMX; SGLang's intel_amx CPU path is taken anyway (the CPU kernel "
+    "holds no AMX instruction; oneDNN picks AVX-512 code)"
+)
+
+
+def assume_amx(module: ModuleType) -> None:
+    if getattr(module, "is_amx_tile_supported", True):
+        return
+    module.is_amx_tile_supported = True  # type: ignore[attr-defined]
+    if os.environ.get("SGLPERF_CPU_SHIM_QUIET") != "1":
+        os.environ["SGLPERF_CPU_SHIM_QUIET"] = "1"  # once per server: its spawned processes inherit it
+        print(AMX_NOTE, file=sys.stderr)
+
+
 HOOKS: dict[str, Callable[[ModuleType], None]] = {
     "sgl_kernel": define_missing_ops,
     "sglang.srt.models.qwen3_5": patch_qwen3_5,
+    "sglang.srt.utils.common": assume_amx,
 }
 
 
@@ -108,4 +132,5 @@ def install() -> None:
         sys.meta_path.insert(0, _AfterImport())
 
 
-install()
+if __name__ == "sglperf_cpu_shim":  # as installed; imported from the sglperf package (tests), it hooks nothing
+    install()

@@ -282,12 +282,10 @@ def choose_python(python: str | None = None, sglang_version: str | None = None, 
 
 CPU_DIR_ENV = "SGLPERF_SGLANG_CPU_DIR"
 CPU_RECIPE_VERSION = "1"
-# /proc/cpuinfo flags the CPU kernel needs: it is compiled for x86-64-v4 (AVX-512). It is also built
-# with -mamx-*, but SGLang uses AMX only where the CPU has it: without AMX, 0.5.23 logs "The current
-# platform does not support Intel AMX, will fallback to torch_native backend" and serves (seen on an
-# AMD EPYC with AVX-512, 2026-12-01).
+# /proc/cpuinfo flags the CPU kernel needs: it is compiled for x86-64-v4 (AVX-512). Built with -mamx-*
+# too, it holds no AMX instruction (oneDNN picks AVX-512 code at run time): it served on an AMD EPYC
+# with AVX-512 and no AMX, 2026-12-01, with the CPU shim keeping SGLang on that path (cpu_shim.py).
 CPU_KERNEL_FLAGS = ("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512cd")
-AMX_FLAGS = ("amx_tile", "amx_bf16", "amx_int8")
 CPU_SHIM = Path(__file__).with_name("cpu_shim.py")
 CPU_SUFFIX = "-cpu"
 
@@ -316,11 +314,6 @@ def cpu_kernel_problem(cpuinfo: str | None = None) -> str | None:
         f"this CPU {seen}: SGLang's CPU kernel (sgl_kernel for --device cpu) is built for AVX-512 "
         "(x86-64-v4), so a real SGLang server cannot run here"
     )
-
-
-def cpu_has_amx(cpuinfo: str | None = None) -> bool:
-    """Whether SGLang's CPU backend will use AMX here (attention backend ``intel_amx``, else ``torch_native``)."""
-    return set(AMX_FLAGS) <= cpu_flags(cpuinfo)
 
 
 def cpu_kernel_dir() -> Path:
