@@ -457,3 +457,8 @@ def test_faults_end_in_a_clear_meter_error(emulators: Emulators, api: str, fault
         measure(url, workload(api, warmup=0, output_len=32), prompt_set(2), concurrency=2, chunk_timeout_s=0.5)
     path = "/generate" if api == "native" else "/v1/chat/completions"
     assert str(info.value).startswith(f"{url}{path}: request w/r0/p")
+
+
+def test_a_url_the_meter_cannot_use_is_one_clear_error() -> None:
+    with pytest.raises(MeterError, match="not an http:// or https:// URL"):
+        measure("unix:///tmp/sglang.sock", workload("native"), prompt_set(1), concurrency=1)

@@ -76,14 +76,16 @@ class _Session:
         timeout_s: float,
         chunk_timeout_s: float,
         model: str,
-        concurrency: int,
     ) -> None:
         self.base_url, self.workload, self.model = base_url, workload, model
         self.timeout_s, self.chunk_timeout_s = timeout_s, chunk_timeout_s
         # OpenAI-compatible servers expect a bearer token even when they do not check it.
         token = api_key or ("EMPTY" if workload.api != "native" else None)
         self.headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self.origin = Origin.of(base_url)
+        try:
+            self.origin = Origin.of(base_url)
+        except TransportError as exc:
+            raise MeterError(str(exc)) from None
         # Control requests only (flush, server info); generation goes through `transport`. No proxy
         # from the environment, as there: it would sit between the meter and the server.
         self.http = httpx.AsyncClient(base_url=base_url, headers=self.headers, timeout=30.0, trust_env=False)
@@ -251,7 +253,7 @@ async def run_workload(
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
     base_url = base_url.rstrip("/")
     started = time.perf_counter()
-    session = _Session(base_url, workload, api_key, timeout_s, chunk_timeout_s, model, concurrency)
+    session = _Session(base_url, workload, api_key, timeout_s, chunk_timeout_s, model)
     limit = asyncio.Semaphore(concurrency)
 
     def job(prompt: Prompt, request_id: str, repeat: int) -> Callable[[], Awaitable[RawResponse]]:
