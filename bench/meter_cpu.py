@@ -7,12 +7,16 @@ MTP, at ``--rate`` tok/s per stream, 10x a real 27B's 70) and/or (``--servers``)
 0.5.23 server on this CPU serving the tiny Qwen3 (variants ``plain`` and ``eagle3`` of
 ``deployments/tiny-cpu.toml``, launched as the suite launches them).
 
-CPU time is the client process's user + system time, from ``wait4`` (threads and reaped children
-included). It also holds the process's start-up (imports, a tokenizer, bench_serving's warm-up
-request), so each client runs twice, with ``--small`` and ``--large`` requests, and CPU per token is
-(CPU of the large run - CPU of the small run) / (tokens of the large - tokens of the small): start-up
-cancels out. ``--pairs`` such differences per client, the clients alternating; the table shows their
-median and range, and the ratio of the medians (meter / bench_serving; <= 1 is the target).
+CPU time is ``time.process_time()`` of the client's process (all its threads) around its
+measuring phase: the meter's ``measure()`` call, and bench_serving's ``benchmark()`` coroutine (a
+wrapper replaces the module's function with one that times the original; nothing else changes).
+Both phases hold a client's whole work for its requests: sending, receiving, parsing and its
+statistics (bench_serving also re-tokenizes every output), but not the imports or the loading of a
+tokenizer. Fixed costs inside the phase (bench_serving's warm-up request, the meter's final
+``/server_info`` read) are cancelled by running each client twice, with ``--small`` and ``--large``
+requests: CPU per token = (CPU of the large run - CPU of the small run) / (tokens of the large -
+tokens of the small). ``--pairs`` such differences per client, the clients alternating; the table
+shows their median and range, and the ratio of the medians (meter / bench_serving; <= 1 is the target).
 
 The meter's accuracy at these rates is measured by ``bench/meter_overhead.py``. The meter runs its
 rounds back to back without flushing the prefix cache (bench_serving never flushes), and its
@@ -51,7 +55,7 @@ SPEC_ARGV = (
 )
 # The meter as the suite runs it, in a process of its own: one round per `concurrency` requests.
 METER_CLIENT = """
-import json, sys
+import json, sys, time
 from pathlib import Path
 from sglperf.measure.meter import measure
 from sglperf.measure.prompts import Message, Prompt, PromptSet
@@ -64,8 +68,26 @@ workload = Workload(
     id="cpu", prompts=Path("<generated>"), output_len=output_len, warmup=0, repeats=requests // concurrency,
     api="native", reuse_prefix_cache=True,
 )
-result = measure(url, workload, PromptSet("bench", Path("<generated>"), prompts, "generated"), concurrency=concurrency)
-print(json.dumps({"tokens": sum(s.completion_tokens for s in result.samples)}))
+prompt_set = PromptSet("bench", Path("<generated>"), prompts, "generated")
+started = time.process_time()
+result = measure(url, workload, prompt_set, concurrency=concurrency)
+cpu_s = time.process_time() - started
+print(json.dumps({"tokens": sum(s.completion_tokens for s in result.samples), "cpu_s": cpu_s}))
+"""
+# bench_serving as `python -m sglang.bench_serving` runs it, with its benchmark() phase timed.
+BENCH_SERVING_CLIENT = """
+import sys, time
+import sglang.benchmark.serving as serving
+inner = serving.benchmark
+async def benchmark(*args, **kwargs):
+    started = time.process_time()
+    try:
+        return await inner(*args, **kwargs)
+    finally:
+        print("SGLPERF_PHASE_CPU_S", time.process_time() - started, flush=True)
+serving.benchmark = benchmark
+sys.argv[0] = "sglang.bench_serving"
+serving.cli_main()
 """
 
 
@@ -95,24 +117,20 @@ class Row:
         return float(np.median(self.per_token_us))
 
 
-def _run(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[float, str]:
-    """Run a client to its end: (its CPU seconds, its stdout); fails loudly if it failed."""
-    out_path, err_path = cwd / "client.out", cwd / "client.err"
-    with out_path.open("wb") as out, err_path.open("wb") as err:
-        proc = subprocess.Popen(argv, stdout=out, stderr=err, env=env, cwd=cwd)
-        _, status, usage = os.wait4(proc.pid, 0)  # reaps it, with its resource usage
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    text = out_path.read_text(errors="replace")
+def _run(argv: list[str], env: dict[str, str], cwd: Path) -> str:
+    """Run a client to its end and return its stdout; fails loudly if it failed."""
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd)
     if proc.returncode != 0:
-        errors = err_path.read_text(errors="replace")
-        raise RuntimeError(f"{' '.join(argv[:4])} failed ({proc.returncode}):\n{text[-2000:]}\n{errors[-2000:]}")
-    return usage.ru_utime + usage.ru_stime, text
+        raise RuntimeError(
+            f"{' '.join(argv[:4])} failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
+        )
+    return proc.stdout
 
 
 def run_meter(target: Target, requests: int, args: argparse.Namespace, tmp: Path) -> Run:
     argv = [sys.executable, "-c", METER_CLIENT, target.url, str(requests), str(args.concurrency), str(args.output_len)]
-    cpu_s, out = _run(argv, dict(os.environ), tmp)
-    return Run(cpu_s, json.loads(out.strip().splitlines()[-1])["tokens"])
+    record = json.loads(_run(argv, dict(os.environ), tmp).strip().splitlines()[-1])
+    return Run(record["cpu_s"], record["tokens"])
 
 
 def run_bench_serving(target: Target, requests: int, args: argparse.Namespace, tmp: Path) -> Run:
@@ -120,8 +138,8 @@ def run_bench_serving(target: Target, requests: int, args: argparse.Namespace, t
     result.unlink(missing_ok=True)
     argv = [
         args.sglang_python,
-        "-m",
-        "sglang.bench_serving",
+        "-c",
+        BENCH_SERVING_CLIENT,
         "--backend",
         "sglang",
         "--base-url",
@@ -147,11 +165,14 @@ def run_bench_serving(target: Target, requests: int, args: argparse.Namespace, t
         str(result),
     ]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    cpu_s, out = _run(argv, env, tmp)
+    out = _run(argv, env, tmp)
+    phase = [line.split()[1] for line in out.splitlines() if line.startswith("SGLPERF_PHASE_CPU_S ")]
+    if len(phase) != 1:
+        raise RuntimeError(f"bench_serving's benchmark() was not timed once (changed in this release?):\n{out[-1500:]}")
     record = json.loads(result.read_text().splitlines()[-1])
     if record.get("completed") != requests:
         raise RuntimeError(f"bench_serving completed {record.get('completed')} of {requests} requests:\n{out[-1500:]}")
-    return Run(cpu_s, int(record["total_output_tokens"]))
+    return Run(float(phase[0]), int(record["total_output_tokens"]))
 
 
 CLIENTS = {"sglperf meter": run_meter, "bench_serving": run_bench_serving}
