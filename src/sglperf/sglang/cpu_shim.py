@@ -1,9 +1,9 @@
-"""Compatibility shim installed into sglperf's managed SGLang-on-CPU environments (never imported by sglperf).
+"""Compatibility shim installed into sglperf's managed SGLang-on-CPU environments (sglperf itself never runs it).
 
 `sglperf env build VERSION --cpu` copies this file into the environment's site-packages as
 ``sglperf_cpu_shim.py`` with a ``.pth`` line importing it, so every process of that interpreter loads it,
 including the scheduler and detokenizer SGLang spawns. Importing it costs nothing: it only registers
-two post-import hooks, which act when their module is first imported.
+three post-import hooks, which act when their module is first imported.
 
 1. ``sgl_kernel`` (the CPU kernel 0.4.6.post1): SGLang 0.5.23's CPU graph runner (``--enable-torch-compile``)
    registers fake kernels for three ops this kernel build lacks (``fused_dual_residual_rmsnorm_cpu``,
