@@ -451,10 +451,15 @@ def test_prefix_cache_flushed_before_each_measured_round(servers: dict[str, str]
         ({"http_5xx_paths": ["/generate", "/v1/chat/completions"]}, "HTTP 500"),
     ],
 )
-def test_faults_end_in_a_clear_meter_error(emulators: Emulators, api: str, fault: dict[str, Any], message: str) -> None:
+@pytest.mark.parametrize("concurrency", [1, 2])  # at 1 the next request would find the server dead
+def test_faults_end_in_a_clear_meter_error(
+    emulators: Emulators, api: str, fault: dict[str, Any], message: str, concurrency: int
+) -> None:
     url = emulators.start(**fault)
     with pytest.raises(MeterError, match=message) as info:
-        measure(url, workload(api, warmup=0, output_len=32), prompt_set(2), concurrency=2, chunk_timeout_s=0.5)
+        measure(
+            url, workload(api, warmup=0, output_len=32), prompt_set(2), concurrency=concurrency, chunk_timeout_s=0.5
+        )
     path = "/generate" if api == "native" else "/v1/chat/completions"
     assert str(info.value).startswith(f"{url}{path}: request w/r0/p")
 

@@ -112,7 +112,12 @@ class _Session:
             )
         except TransportError as exc:
             raise ctx.error(str(exc)) from None
-        return RawResponse(ctx, exchange)
+        raw = RawResponse(ctx, exchange)
+        if not exchange.last_chunk_seen:
+            # Not a whole stream (an error, a crash, a stall): decode it now, so this failure is the
+            # one reported, not the refused connection of the next request to a dead server.
+            self.parse(raw)
+        return raw
 
     def parse(self, raw: RawResponse) -> RequestSample:
         ctx, exchange = raw.ctx, raw.exchange

@@ -78,6 +78,7 @@ class Exchange:
     reads: tuple[tuple[float, bytes], ...]  # (seconds since sent_at, the bytes of one read)
     ending: Ending
     detail: str | None = None  # the error behind Ending.LOST
+    last_chunk_seen: bool = False  # a chunked body's last chunk arrived: the usual, whole, stream
 
 
 class _Recorder(asyncio.Protocol):
@@ -89,6 +90,7 @@ class _Recorder(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.ending = Ending.CLOSED
         self.detail: str | None = None
+        self.last_chunk_seen = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # create_connection makes a stream transport
@@ -98,6 +100,7 @@ class _Recorder(asyncio.Protocol):
         # The server closes too (Connection: close); not waiting for it frees the slot sooner. A false
         # match cannot pass unnoticed: decode_response would then find the body incomplete.
         if data.endswith(_LAST_CHUNK) and self.transport is not None:
+            self.last_chunk_seen = True
             self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -174,7 +177,7 @@ async def post_streamed(
         if not transport.is_closing():
             transport.abort()
     reads = tuple((t - sent_at, data) for t, data in recorder.reads)
-    return Exchange(sent_at, reads, recorder.ending, recorder.detail)
+    return Exchange(sent_at, reads, recorder.ending, recorder.detail, recorder.last_chunk_seen)
 
 
 @dataclass(frozen=True)
