@@ -121,9 +121,8 @@ def _run(argv: list[str], env: dict[str, str], cwd: Path) -> str:
     """Run a client to its end and return its stdout; fails loudly if it failed."""
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd)
     if proc.returncode != 0:
-        raise RuntimeError(
-            f"{' '.join(argv[:4])} failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
-        )
+        client = f"{argv[0]} -c <client> {' '.join(argv[3:6])} ..."  # the script itself would bury the error
+        raise RuntimeError(f"{client} failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
     return proc.stdout
 
 
