@@ -42,6 +42,7 @@ import numpy as np
 
 from sglperf.runtime import server
 from sglperf.sglang import envs
+from sglperf.sglang.intents import Speculative
 from sglperf.testing import tiny_models
 from sglperf.testing.emulator.config import CONFIG_ENV
 from sglperf.testing.emulator.timing import expected_accept_length
@@ -49,9 +50,15 @@ from sglperf.testing.emulator.timing import expected_accept_length
 REPO = Path(__file__).resolve().parents[1]
 SGLANG_VERSION = "0.5.23"
 SPEC_STEPS, ACCEPT_PROB = 3, 0.7
-SPEC_ARGV = (
-    *("--speculative-algorithm", "NEXTN", "--speculative-num-steps", str(SPEC_STEPS)),
-    *("--speculative-num-draft-tokens", str(SPEC_STEPS + 1), "--speculative-eagle-topk", "1"),
+SPEC_ARGV = tuple(
+    arg
+    for key, value in {
+        "algorithm": "NEXTN",
+        "num_steps": SPEC_STEPS,
+        "num_draft_tokens": SPEC_STEPS + 1,
+        "eagle_topk": 1,
+    }.items()
+    for arg in (Speculative.FLAGS[key], str(value))
 )
 # The meter as the suite runs it, in a process of its own: one round per `concurrency` requests.
 METER_CLIENT = """

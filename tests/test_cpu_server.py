@@ -26,6 +26,7 @@ from sglperf.model.deployment import Deployment, load
 from sglperf.model.intent_names import DECODE_CUDA_GRAPH
 from sglperf.model.measurement import BaselineStatus
 from sglperf.model.verdict import Status
+from sglperf.runtime.server import SHARED_MEMORY_DIR
 from sglperf.session import LiveOptions, LiveSession, PreflightSession
 from sglperf.session.live_session import CPU_NOTE, RunningVariant
 
@@ -87,7 +88,7 @@ class Plain:
             m.path
             for proc in psutil.Process(self.running.server.proc.pid).children(recursive=True)
             for m in proc.memory_maps()
-            if m.path.startswith("/dev/shm/")
+            if m.path.startswith(SHARED_MEMORY_DIR)
         }
 
     def close(self) -> None:

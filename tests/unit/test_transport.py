@@ -144,9 +144,16 @@ async def _against(handler: Handler, **timeouts: float) -> tuple[Ending, bytes, 
     return exchange.ending, b"".join(d for _, d in exchange.reads), exchange.detail
 
 
-def test_a_whole_stream_ends_closed_and_complete() -> None:
+@pytest.mark.parametrize("split_at", [0, 1, 3])  # bytes of the terminator that arrive in a later read
+def test_a_whole_stream_ends_closed_and_complete_without_waiting_for_the_server(split_at: int) -> None:
+    whole = HEAD + chunked([b"data: {}\n\n", b"data: [DONE]\n\n"])
+    cut = len(whole) - split_at
+
     async def answer(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.write(HEAD + chunked([b"data: {}\n\n", b"data: [DONE]\n\n"]))
+        writer.write(whole[:cut])
+        await writer.drain()
+        await asyncio.sleep(0.1)
+        writer.write(whole[cut:])
         await writer.drain()
         await asyncio.sleep(3)  # the client closes on the last chunk without waiting for us
 

@@ -91,6 +91,7 @@ class _Recorder(asyncio.Protocol):
         self.ending = Ending.CLOSED
         self.detail: str | None = None
         self.last_chunk_seen = False
+        self.tail = b""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # create_connection makes a stream transport
@@ -98,8 +99,10 @@ class _Recorder(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.reads.append((time.perf_counter(), data))
         # The server closes too (Connection: close); not waiting for it frees the slot sooner. A false
-        # match cannot pass unnoticed: decode_response would then find the body incomplete.
-        if data.endswith(_LAST_CHUNK) and self.transport is not None:
+        # match cannot pass unnoticed: decode_response would then find the body incomplete. The tail
+        # of the previous read counts too: the terminator may arrive split over two reads.
+        self.tail = (self.tail + data)[-len(_LAST_CHUNK) :]
+        if self.tail == _LAST_CHUNK and self.transport is not None:
             self.last_chunk_seen = True
             self.transport.close()
 
