@@ -14,6 +14,10 @@ request to the read that delivered the first token-carrying chunk.
 
 ``run_workload`` takes an optional ``on_round`` callback, called with the result so far after every
 measured round; returning True stops the loop there (sequential stopping, decided by the caller).
+With a ``HostGuard`` it counts what the rest of the machine took during each round
+(`sglperf.model.host_load`); a disturbed round is dropped and run again, and a host that stays
+busy for as many rounds again as the workload has is a :class:`HostBusyError`: its numbers would
+measure the neighbour, not SGLang.
 
 Anything that would make a number untrustworthy (HTTP error, malformed or truncated stream, stall,
 counts that disagree, a length other than the workload's) raises :class:`MeterError`.
@@ -27,13 +31,14 @@ import json
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from dataclasses import dataclass, replace
+from typing import Any, Protocol, TypeVar
 
 import httpx
 
 from sglperf.measure.prompts import Prompt, PromptSet
 from sglperf.measure.samples import (
+    HostBusyError,
     MeterError,
     RequestSample,
     RequestSummary,
@@ -46,6 +51,7 @@ from sglperf.measure.samples import (
 from sglperf.measure.stream import RequestContext, parse_native, parse_openai, sse_events
 from sglperf.measure.transport import Ending, Exchange, Origin, TransportError, decode_response, post_streamed
 from sglperf.model.deployment import Workload
+from sglperf.model.host_load import HostLoad
 from sglperf.model.metrics import METRIC_NAMES, METRICS
 from sglperf.model.server_facts import ServerFacts
 from sglperf.sglang.server_api import FLUSH_CACHE_PATH, GENERATE_PATHS, NOT_ARGS, SERVER_INFO_PATHS
@@ -57,6 +63,24 @@ DEFAULT_MODEL = "default"  # SGLang serves one model and does not check the name
 
 FLUSH_ATTEMPTS = 20  # SGLang refuses a flush while a finished request is still being retired
 FLUSH_RETRY_S = 0.05
+
+
+class RoundProbe(Protocol):
+    """Counts the rest of the machine's CPU between ``start`` and ``stop`` (`sglperf.runtime.host_probe`)."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> HostLoad: ...
+
+    def busiest_others(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class HostGuard:
+    """Drop rounds during which the rest of the machine took more than ``limit`` of its CPU."""
+
+    probe: RoundProbe
+    limit: float  # share of the machine's capacity (CPUs x wall time)
 
 
 @dataclass(frozen=True)
@@ -246,13 +270,14 @@ async def run_workload(
     chunk_timeout_s: float = DEFAULT_CHUNK_TIMEOUT_S,
     model: str = DEFAULT_MODEL,
     on_round: RoundCallback | None = None,
+    host: HostGuard | None = None,
 ) -> WorkloadResult:
     """Warm up, then up to ``workload.repeats`` rounds over every prompt with ``concurrency`` in flight.
 
     Unless the workload reuses the prefix cache, the cache is flushed before every measured round so
     no round benefits from the previous one (or from the warm-up). ``on_round``, when given, sees the
     result so far after each round (without the server's acceptance, read once at the end) and
-    stops the loop by returning True; without it every round runs.
+    stops the loop by returning True; without it every round runs. ``host``: see the module docstring.
     """
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
@@ -266,19 +291,31 @@ async def run_workload(
 
     samples: list[RequestSample] = []
     rounds: list[RoundStats] = []
+    dropped: list[RoundStats] = []
     try:
         items = prompts.prompts
         warm = [job(items[i % len(items)], f"{workload.id}/warmup{i}", -1) for i in range(workload.warmup)]
         for raw in await _bounded(limit, warm):
             session.parse(raw)  # a broken warm-up answer is as much an error as a measured one
-        for r in range(workload.repeats):
+        r = 0  # rounds run, dropped ones included: request ids stay unique
+        while len(rounds) < workload.repeats:
             if not workload.reuse_prefix_cache:
                 await session.flush_cache()
+            if host is not None:
+                host.probe.start()
             raws = await _bounded(limit, [job(p, f"{workload.id}/r{r}/{p.id}", r) for p in items])
+            load = host.probe.stop() if host is not None else None
             parsed = [session.parse(raw) for raw in raws]
+            stats = round_stats(r, [raw.exchange.sent_at for raw in raws], parsed, load)
+            r += 1
+            if host is not None and load is not None and load.disturbed(host.limit):
+                dropped.append(stats)
+                if len(dropped) > workload.repeats:
+                    raise HostBusyError(_host_busy(base_url, workload, host, dropped))
+                continue
             samples += parsed
-            rounds.append(round_stats(r, [raw.exchange.sent_at for raw in raws], parsed))
-            if on_round is not None and r + 1 < workload.repeats:
+            rounds.append(stats)
+            if on_round is not None and len(rounds) < workload.repeats:
                 partial = _result(
                     base_url, workload, prompts, concurrency, tuple(samples), tuple(rounds), None, None, 0.0
                 )
@@ -287,7 +324,7 @@ async def run_workload(
         server_accept, server_note = await session.server_accept_length()
     finally:
         await session.close()
-    return _result(
+    result = _result(
         base_url,
         workload,
         prompts,
@@ -297,6 +334,17 @@ async def run_workload(
         server_accept,
         server_note,
         time.perf_counter() - started,
+    )
+    return replace(result, dropped_rounds=tuple(dropped))
+
+
+def _host_busy(base_url: str, workload: Workload, host: HostGuard, dropped: Sequence[RoundStats]) -> str:
+    shares = sorted(s.host.share for s in dropped if s.host is not None)
+    return (
+        f"{base_url} {workload.id}: the host stayed busy: {len(dropped)} rounds dropped because other processes "
+        f"and the hypervisor took more than {host.limit:.0%} of this machine's CPU (median "
+        f"{shares[len(shares) // 2]:.0%}; busiest other processes: {host.probe.busiest_others()}); its numbers "
+        "would measure them, not SGLang: run on a quiet host, or raise --max-host-load"
     )
 
 
@@ -357,6 +405,7 @@ def measure(
     chunk_timeout_s: float = DEFAULT_CHUNK_TIMEOUT_S,
     model: str = DEFAULT_MODEL,
     on_round: RoundCallback | None = None,
+    host: HostGuard | None = None,
 ) -> WorkloadResult:
     """Synchronous :func:`run_workload` (runs its own event loop)."""
     return asyncio.run(
@@ -370,5 +419,6 @@ def measure(
             chunk_timeout_s=chunk_timeout_s,
             model=model,
             on_round=on_round,
+            host=host,
         )
     )

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from sglperf.model.host_load import HostLoad
 from sglperf.model.metrics import METRIC_NAMES, METRICS
 
 SERVER_ACCEPT_CAVEAT = (
@@ -43,6 +44,10 @@ SERVER_ACCEPT_CAVEAT = (
 
 class MeterError(RuntimeError):
     """A request or workload could not be measured; the message names server, request and cause."""
+
+
+class HostBusyError(MeterError):
+    """The machine stayed busy with other work: every round the meter tried was disturbed."""
 
 
 @dataclass(frozen=True)
@@ -119,13 +124,16 @@ class RoundStats:
     requests: int
     completion_tokens: int
     wall_s: float  # first request's send to the last token-carrying chunk of any request
+    host: HostLoad | None = None  # what the rest of the machine took meanwhile, when counted
 
 
-def round_stats(index: int, sent_at: Sequence[float], samples: Sequence[RequestSample]) -> RoundStats:
+def round_stats(
+    index: int, sent_at: Sequence[float], samples: Sequence[RequestSample], host: HostLoad | None = None
+) -> RoundStats:
     """A round's totals from each request's send time (perf_counter) and its sample."""
     ends = [t0 + (s.chunks[-1].t if s.chunks else s.e2e_s) for t0, s in zip(sent_at, samples, strict=True)]
     wall = max(ends) - min(sent_at) if samples else 0.0
-    return RoundStats(index, len(samples), sum(s.completion_tokens for s in samples), wall)
+    return RoundStats(index, len(samples), sum(s.completion_tokens for s in samples), wall, host)
 
 
 def round_metric_values(rounds: Sequence[RoundStats], concurrency: int, metric: str) -> tuple[float, ...]:
@@ -173,6 +181,7 @@ class WorkloadResult:
     accept_note: str | None  # why an acceptance value is missing
     wall_s: float
     rounds: tuple[RoundStats, ...] = ()  # measured rounds, in order
+    dropped_rounds: tuple[RoundStats, ...] = ()  # run, but the host was busy: not in samples or summary
 
     def to_record(self) -> dict[str, Any]:
         record = {k: v for k, v in asdict(self).items() if k not in ("samples", "summary")}

@@ -10,6 +10,7 @@ from enum import Enum
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from sglperf.model.host_load import HostLoadSummary
 from sglperf.model.metrics import MetricOutcome
 
 
@@ -120,6 +121,8 @@ class MeasurementRecord(BaseModel):
     rounds: Rounds | None = None  # None in records written before sequential stopping
     roofline: Roofline | None = None
     roofline_note: str | None = None  # why there is no roofline
+    host: HostLoadSummary | None = None  # None where it was not counted (host_note says why)
+    host_note: str | None = None
     skip_reason: str | None = Field(default=None, exclude=True)  # the item skips (policy "skip")
 
     @property
@@ -140,6 +143,8 @@ class MeasurementRecord(BaseModel):
             changes=self.changes,
             rounds=self.rounds.used if self.rounds else None,
             rounds_budget=self.rounds.budget if self.rounds else None,
+            host_share=self.host.median_share if self.host else None,
+            dropped_rounds=self.host.dropped_rounds if self.host else 0,
         )
 
 
@@ -156,3 +161,5 @@ class MeasurementRow(BaseModel):
     changes: list[str]
     rounds: int | None = None
     rounds_budget: int | None = None
+    host_share: float | None = None  # median share of the machine's CPU others took during the rounds
+    dropped_rounds: int = 0  # rounds run again because the host was busy

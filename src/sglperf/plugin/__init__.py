@@ -8,6 +8,7 @@ A thin layer: collection turns deployments into items; running an item asks the 
 
 from __future__ import annotations
 
+import argparse
 import datetime as _dt
 import os
 import signal
@@ -16,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from sglperf.model.host_load import DEFAULT_MAX_HOST_LOAD
 from sglperf.model.progress import Progress
 from sglperf.plugin.items import DeploymentFile
 from sglperf.plugin.keys import LIVE_KEY, PREFLIGHT_KEY, PROGRESS_KEY, SIGTERM_KEY
@@ -104,7 +106,25 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="the attached server's GPUs, e.g. '2xNVIDIA RTX A6000' (SGLang does not report them; needed to record "
         "baselines)",
     )
+    add(
+        "--max-host-load",
+        type=_share,
+        default=DEFAULT_MAX_HOST_LOAD,
+        metavar="SHARE",
+        help="drop and run again a measured round during which other processes and the hypervisor took more than "
+        f"this share of the machine's CPU (default {DEFAULT_MAX_HOST_LOAD:g}; 1 never drops)",
+    )
     parser.addini("sglperf_deployments", "folder holding deployment files", default="deployments")
+
+
+def _share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a share of the CPU between 0 (excluded) and 1")
+    return value
 
 
 def _results_dir(config: pytest.Config) -> Path:
@@ -160,6 +180,7 @@ def pytest_configure(config: pytest.Config) -> None:
         root=config.rootpath,
         attach_url=config.getoption("sglang_url") or os.environ.get(ATTACH_URL_ENV) or None,
         attach_gpus=config.getoption("sglang_url_gpus"),
+        max_host_load=config.getoption("max_host_load"),
     )
     config.stash[LIVE_KEY] = LiveSession(options, config.stash[PREFLIGHT_KEY], progress)
     # SIGTERM (CI cancel, xdist shutting a worker down) unwinds like Ctrl-C, so servers are torn down.

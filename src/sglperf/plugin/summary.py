@@ -44,7 +44,7 @@ class RunSummary:
             emulated = any(r.emulated for r in self.rows)
             tr.section("sglperf measurements" + (" (EMULATOR: a test double, not GPU results)" if emulated else ""))
             headings = [_heading(metric, scale, fmt) for metric, scale, fmt in COLUMNS]
-            tr.write_line(f"{'item':44} {' '.join(headings)} {'rounds':>6}  baseline")
+            tr.write_line(f"{'item':44} {' '.join(headings)} {'rounds':>6} {'host':>5}  baseline")
             for row in sorted(self.rows, key=lambda r: r.key):
                 tr.write_line(summary_line(row))
             changes = [c for r in self.rows for c in r.changes]
@@ -78,4 +78,8 @@ def summary_line(row: MeasurementRow) -> str:
     )
     cells = [format(row.medians.get(metric, math.nan) * scale, fmt) for metric, scale, fmt in COLUMNS]
     rounds = f"{row.rounds}/{row.rounds_budget}" if row.rounds is not None else "-"
-    return f"{row.key:44} {' '.join(cells)} {rounds:>6}  {verdict}"
+    # What others took of the machine's CPU (median over the rounds): a busy neighbour, not SGLang.
+    host = f"{row.host_share:.0%}" if row.host_share is not None and not math.isnan(row.host_share) else "-"
+    if row.dropped_rounds:
+        verdict += f"; {row.dropped_rounds} round(s) run again: host busy"
+    return f"{row.key:44} {' '.join(cells)} {rounds:>6} {host:>5}  {verdict}"

@@ -30,6 +30,19 @@ def _rounds_line(m: MeasurementRecord) -> str | None:
     return f"Rounds: {m.rounds.used} of {m.rounds.budget} ({how}{reason})"
 
 
+def _host_line(m: MeasurementRecord) -> str | None:
+    h = m.host
+    if h is None:
+        return f"Host: {m.host_note}" if m.host_note else None
+    line = (
+        f"Host: other processes and the hypervisor took a median {h.median_share:.0%} of this machine's CPU "
+        f"during the measured rounds (max {h.max_share:.0%}; a round above {h.limit:.0%} is run again)"
+    )
+    if h.dropped_rounds:
+        line += f"; **{h.dropped_rounds} round(s) run again**, the busiest: {h.worst_dropped}"
+    return line
+
+
 def _roofline_line(m: MeasurementRecord) -> str | None:
     r = m.roofline
     if r is None:
@@ -83,7 +96,7 @@ def markdown(
                 lines += [f"Notes: {'; '.join(m.notes)}", ""]
             for d in drifts.get(m.key, ()):
                 lines += [f"**Drift**: {d.message()}", ""]
-            lines += [line + "\n" for line in (_rounds_line(m), _roofline_line(m)) if line]
+            lines += [line + "\n" for line in (_rounds_line(m), _host_line(m), _roofline_line(m)) if line]
             comparisons = {c.metric: c for c in m.comparisons}
             lines += ["| metric | baseline | current | delta | threshold | verdict |", "|---|---:|---:|---:|---:|---|"]
             for metric, summary in sorted(m.summary.items()):

@@ -24,12 +24,13 @@ from sglperf.measure.prompts import load_prompts
 from sglperf.measure.samples import WorkloadResult
 from sglperf.model.deployment import Deployment, Variant, Workload
 from sglperf.model.hardware import memory_bandwidth
+from sglperf.model.host_load import DEFAULT_MAX_HOST_LOAD, HostLoadSummary
 from sglperf.model.measurement import BaselineStatus, MeasurementRecord, Provenance, Roofline, Rounds
 from sglperf.model.progress import Progress
 from sglperf.model.resolution import ModelFacts
 from sglperf.model.server_facts import ServerFacts
 from sglperf.model.verdict import Verdict
-from sglperf.runtime import gpus, provenance, server, server_info
+from sglperf.runtime import gpus, host_probe, provenance, server, server_info
 from sglperf.runtime.attach import AttachedServer, AttachError, DeclaredGpus, attached_profile_problems, read_attached
 from sglperf.session.handles import ServerHandle, VariantRef
 from sglperf.session.preflight_session import PreflightSession, deployment_key
@@ -57,6 +58,7 @@ class LiveOptions:
     root: Path = Path(".")
     attach_url: str | None = None  # a running server to check instead of launching one
     attach_gpus: str | None = None  # the attached server's GPUs as its operator declares them (COUNTxNAME)
+    max_host_load: float = DEFAULT_MAX_HOST_LOAD  # share of this machine's CPU others may take in a round
 
 
 class LiveSkip(Exception):
@@ -378,6 +380,7 @@ class LiveSession:
             f"{key}: measuring ({'up to ' if plan else ''}{workload.repeats} rounds of {len(prompts.prompts)} prompts, "
             f"{workload.output_len} tokens each{', sequential' if plan else ''})"
         )
+        guard, host_note = self._host_guard(running)
         result = meter.measure(
             running.server.base_url,
             workload,
@@ -386,6 +389,12 @@ class LiveSession:
             concurrency=concurrency,
             chunk_timeout_s=workload.stall_timeout_s,
             on_round=on_round if plan else None,
+            host=guard,
+        )
+        host = HostLoadSummary.of(
+            self.options.max_host_load,
+            [r.host for r in result.rounds if r.host],
+            [r.host for r in result.dropped_rounds if r.host],
         )
         samples = regression.round_samples(result)
         used = len(result.rounds)
@@ -415,6 +424,8 @@ class LiveSession:
         notes = ([regression.DUMMY_NOTE] if prov.dummy_weights else []) + verdict.notes
         if running.facts.device == "cpu" and not running.facts.emulated:
             notes.insert(0, CPU_NOTE)
+        if host is not None and (dropped := host.note()):
+            notes.append(dropped)
         record = MeasurementRecord(
             key=key,
             deployment=deployment.key,
@@ -436,6 +447,8 @@ class LiveSession:
             rounds=rounds,
             roofline=roof,
             roofline_note=roof_note,
+            host=host,
+            host_note=host_note,
             skip_reason=verdict.skip_reason,
         )
         out = self.options.results_dir / "measurements" / f"{key}.json"
@@ -443,6 +456,16 @@ class LiveSession:
         written = {**record.model_dump(mode="json"), "result": result.to_record()}
         out.write_text(json.dumps(written, indent=1, sort_keys=True, default=str))
         return record
+
+    def _host_guard(self, running: RunningVariant) -> tuple[meter.HostGuard | None, str | None]:
+        """The busy-host check for a measurement, or (None, why it is not made)."""
+        if isinstance(running.server, AttachedServer):
+            # Its processes are not ours to tell apart from a neighbour's, and it may run elsewhere.
+            return None, "host load not counted: the server is attached, not launched by this run"
+        problem = host_probe.available()
+        if problem:
+            return None, problem
+        return meter.HostGuard(host_probe.HostProbe(), self.options.max_host_load), None
 
     def _roofline(
         self, deployment: Deployment, variant: Variant, samples: dict[str, list[float]]
