@@ -22,6 +22,7 @@ import psutil
 import pytest
 
 from sglperf.judge import live_evidence
+from sglperf.measure.samples import HostBusyError
 from sglperf.model.deployment import Deployment, load
 from sglperf.model.intent_names import DECODE_CUDA_GRAPH
 from sglperf.model.measurement import BaselineStatus
@@ -40,6 +41,7 @@ from .cpu_tier import (
     new_marker,
     server_sessions,
 )
+from .neighbours import foreign_spinners
 
 pytestmark = pytest.mark.needs_sglang
 GONE_WITHIN_S = 30.0
@@ -157,6 +159,23 @@ def test_baseline_recorded_then_compared_as_cpu_numbers(plain: Plain) -> None:
     compared = plain.live.measure(plain.deployment, plain.variant, workload, 1)
     assert compared.baseline_status == BaselineStatus.COMPARED, compared.problems
     assert {c.metric for c in compared.comparisons} >= {"decode_tok_s", "ttft_s"}
+    assert recorded.host is not None and compared.host is not None  # counted, whatever this box is doing
+
+
+def test_a_busy_neighbour_is_named_not_blamed_on_sglang(plain: Plain) -> None:
+    """What failed a CI run: the CPU server slowed by +70% by other work on the box, and read as an
+    SGLang regression. Busy loops on every CPU now make each round dropped, then one clear error."""
+    workload = plain.deployment.workloads[0].model_copy(update={"repeats": 2, "output_len": 16, "warmup": 0})
+    saved = plain.live.options
+    plain.live.options = dataclasses.replace(saved, update_baselines=False, max_host_load=0.1)
+    try:
+        with foreign_spinners(psutil.cpu_count() or 1) as spinners, pytest.raises(HostBusyError) as info:
+            plain.live.measure(plain.deployment, plain.variant, workload, 1)
+    finally:
+        plain.live.options = saved
+    message = str(info.value)
+    assert message.startswith(f"{plain.running.server.base_url} {workload.id}: the host stayed busy: 3 rounds dropped")
+    assert any(f"pid {p.pid}" in message for p in spinners), message
 
 
 def _pytest_until_healthy(tmp: Path) -> tuple[subprocess.Popen[bytes], str, frozenset[int]]:

@@ -35,10 +35,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sglperf.measure.meter import measure
+from sglperf.measure.meter import HostGuard, measure
 from sglperf.measure.prompts import Message, Prompt, PromptError, PromptSet, load_prompts
 from sglperf.measure.samples import (
     Chunk,
+    HostBusyError,
     MeterError,
     WorkloadResult,
     chunks_from_cumulative,
@@ -49,6 +50,7 @@ from sglperf.measure.samples import (
 )
 from sglperf.measure.stream import Event, RequestContext, parse_native, parse_openai, sse_events
 from sglperf.model.deployment import Workload
+from sglperf.model.host_load import HostLoad
 from sglperf.runtime.server import free_port
 from sglperf.testing.emulator.config import CONFIG_ENV
 from sglperf.testing.emulator.timing import expected_accept_length, prompt_tokens_of_text
@@ -467,3 +469,62 @@ def test_faults_end_in_a_clear_meter_error(
 def test_a_url_the_meter_cannot_use_is_one_clear_error() -> None:
     with pytest.raises(MeterError, match="not an http:// or https:// URL"):
         measure("unix:///tmp/sglang.sock", workload("native"), prompt_set(1), concurrency=1)
+
+
+class ScriptedProbe:
+    """Reports the scripted rounds in order (True: a neighbour took 1.5 of 2 CPUs for the round)."""
+
+    def __init__(self, busy: list[bool]):
+        self.busy = busy
+        self.started = 0
+
+    def start(self) -> None:
+        self.started += 1
+
+    def stop(self) -> HostLoad:
+        busy = self.busy[min(self.started, len(self.busy)) - 1]
+        return HostLoad(wall_s=1.0, cpus=2, foreign_cpu_s=1.5 if busy else 0.01, steal_cpu_s=0.0, slack_cpu_s=0.06)
+
+    def busiest_others(self) -> str:
+        return "cc1plus (pid 4242, 98% of a CPU)"
+
+
+def test_rounds_the_host_disturbed_are_dropped_and_run_again(servers: dict[str, str]) -> None:
+    def flushes() -> int:
+        return httpx.get(servers["plain"] + "/server_info").json()["flush_count"]
+
+    probe = ScriptedProbe([True, False, True, False, False])
+    before = flushes()
+    result = measure(
+        servers["plain"],
+        workload("native", repeats=3, output_len=8),
+        prompt_set(2),
+        concurrency=2,
+        host=HostGuard(probe, limit=0.1),
+    )
+    assert probe.started == 5 and flushes() - before == 5  # every round run is a clean one
+    assert [r.round for r in result.rounds] == [1, 3, 4]
+    assert [r.round for r in result.dropped_rounds] == [0, 2]
+    assert all(r.host is not None and r.host.disturbed(0.1) for r in result.dropped_rounds)
+    # The dropped rounds' requests are in no sample, summary or per-round metric.
+    assert sorted({s.repeat for s in result.samples}) == [1, 3, 4]
+    assert result.summary["decode_tok_s"].n == 6 and result.summary["output_tok_s"].n == 3
+    json.dumps(result.to_record())
+
+
+def test_a_host_that_stays_busy_is_one_clear_error(servers: dict[str, str]) -> None:
+    url = servers["plain"]
+    with pytest.raises(HostBusyError) as info:
+        measure(
+            url,
+            workload("native", repeats=2, output_len=8),
+            prompt_set(1),
+            concurrency=1,
+            host=HostGuard(ScriptedProbe([True]), limit=0.1),
+        )
+    assert str(info.value) == (
+        f"{url} w: the host stayed busy: 3 rounds dropped because other processes and the hypervisor took more than "
+        "10% of this machine's CPU (median 75%; busiest other processes: cc1plus (pid 4242, 98% of a CPU)); its "
+        "numbers would measure them, not SGLang: run on a quiet host, or raise --max-host-load"
+    )
+    assert isinstance(info.value, MeterError)  # so an item reports it as one line, like other meter failures

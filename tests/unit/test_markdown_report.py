@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from sglperf.model.host_load import HostLoad, HostLoadSummary
 from sglperf.model.measurement import (
     BaselineStatus,
     MeasurementRecord,
@@ -294,3 +295,20 @@ def test_a_measurement_that_is_not_json_names_the_file(tmp_path: Path) -> None:
     with pytest.raises(ResultsError, match="not a measurement record") as info:
         collect(folder)
     assert str(path) in str(info.value)
+
+
+def test_the_host_line_says_what_others_took_and_which_rounds_were_run_again(tmp_path: Path) -> None:
+    busy = HostLoad(wall_s=2.0, cpus=2, foreign_cpu_s=2.0, steal_cpu_s=0.0, slack_cpu_s=0.06)
+    quiet = HostLoad(wall_s=2.0, cpus=2, foreign_cpu_s=0.04, steal_cpu_s=0.0, slack_cpu_s=0.06)
+    m = measurement().model_copy(update={"host": HostLoadSummary.of(0.1, [quiet, quiet], [busy])})
+    run = collect(write_folder(tmp_path / "night", [], [m]))
+    assert run.measurements == (m,)  # the summary survives the results file
+    assert (
+        "Host: other processes and the hypervisor took a median 1% of this machine's CPU during the measured rounds "
+        "(max 1%; a round above 10% is run again); **1 round(s) run again**, the busiest: 50% of 2 CPUs "
+        "(other processes 2.00 s, steal 0.00 s, in 2.00 s)"
+    ) in markdown.markdown(run)
+    attached = measurement().model_copy(update={"host_note": "host load not counted: the server is attached"})
+    assert "Host: host load not counted: the server is attached" in report_of(
+        write_folder(tmp_path / "a", [], [attached])
+    )

@@ -10,9 +10,9 @@ measured only while sglperf also counts (`sglperf.runtime.host_probe`):
 
 Both as a share of the machine's capacity over the round (CPUs x wall time). A round is *disturbed*
 when that share exceeds the limit by more than the counters' rounding can explain: Linux counts in
-clock ticks, each counter read is short by up to one tick, so ``slack_cpu_s`` (four standard
-deviations of the summed rounding, see the probe) is subtracted first. A short round on a quiet
-machine therefore never reads as busy, and a round is called disturbed only when it certainly was.
+clock ticks, each counter read is short by up to one tick, so ``slack_cpu_s`` (two standard
+deviations of the summed rounding; the probe says why two) is subtracted first, and a short round
+on a quiet machine rarely reads as busy.
 """
 
 from __future__ import annotations

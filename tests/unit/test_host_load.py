@@ -1,0 +1,136 @@
+"""The busy-host check: its arithmetic (Hypothesis), and Linux's real counters around real processes."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import psutil
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sglperf.model.host_load import HostLoad, HostLoadSummary
+from sglperf.runtime import host_probe
+
+from ..neighbours import foreign_spinners
+
+seconds = st.floats(min_value=0.0, max_value=100.0, allow_nan=False)
+shares = st.floats(min_value=0.01, max_value=1.0, allow_nan=False)
+
+
+@st.composite
+def loads(draw: st.DrawFn) -> HostLoad:
+    return HostLoad(
+        wall_s=draw(st.floats(min_value=0.0, max_value=30.0)),
+        cpus=draw(st.integers(min_value=1, max_value=256)),
+        foreign_cpu_s=draw(st.floats(min_value=-1.0, max_value=100.0)),
+        steal_cpu_s=draw(seconds),
+        slack_cpu_s=draw(st.floats(min_value=0.0, max_value=1.0)),
+    )
+
+
+@given(loads(), shares)
+def test_a_disturbed_round_is_above_the_limit_by_more_than_the_slack(load: HostLoad, limit: float) -> None:
+    if load.disturbed(limit):
+        assert load.share > limit
+        assert load.foreign_cpu_s + load.steal_cpu_s - load.slack_cpu_s > limit * load.capacity_cpu_s
+    if load.share <= limit or load.capacity_cpu_s == 0:
+        assert not load.disturbed(limit)
+
+
+@given(loads(), shares, st.floats(min_value=0.0, max_value=50.0))
+def test_more_foreign_time_never_makes_a_round_less_disturbed(load: HostLoad, limit: float, extra: float) -> None:
+    busier = HostLoad(load.wall_s, load.cpus, load.foreign_cpu_s + extra, load.steal_cpu_s, load.slack_cpu_s)
+    assert busier.disturbed(limit) or not load.disturbed(limit)
+    assert busier.share >= load.share
+
+
+def test_summary_says_how_many_rounds_were_run_again_and_the_busiest() -> None:
+    quiet = HostLoad(1.0, 2, 0.02, 0.0, 0.06)
+    busy = HostLoad(1.0, 2, 1.0, 0.1, 0.06)
+    assert HostLoadSummary.of(0.1, [], []) is None
+    summary = HostLoadSummary.of(0.1, [quiet, quiet], [busy])
+    assert summary is not None
+    assert summary.median_share == pytest.approx(0.01) and summary.dropped_rounds == 1
+    assert summary.note() == (
+        "1 round(s) dropped and measured again: the host was busy (limit 10% of its CPU; busiest: "
+        "55% of 2 CPUs (other processes 1.00 s, steal 0.10 s, in 1.00 s))"
+    )
+    assert HostLoadSummary.of(0.1, [quiet], []).note() is None  # type: ignore[union-attr]
+
+
+# --- the real counters (Linux) ---
+
+linux_only = pytest.mark.skipif(host_probe.available() is not None, reason=str(host_probe.available()))
+
+
+def _spin(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+@pytest.fixture
+def foreign_spinner() -> Iterator[psutil.Process]:
+    with foreign_spinners(1) as (spinner,):
+        yield spinner
+
+
+def _others_cpu() -> float:
+    ours = {p.pid for p in (psutil.Process(), *psutil.Process().children(recursive=True))}
+    total = 0.0
+    for proc in psutil.process_iter():
+        if proc.pid in ours:
+            continue
+        try:
+            t = proc.cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            continue
+    return total
+
+
+@linux_only
+def test_our_own_work_and_our_childrens_is_not_foreign() -> None:
+    # Other processes may run meanwhile (an xdist sibling, say): foreign is compared with what they
+    # used, so the test holds on a busy box too. Counting our 1.2 CPU-seconds would break it.
+    child = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        probe = host_probe.HostProbe()
+        others_before = _others_cpu()
+        probe.start()
+        _spin(0.6)
+        load = probe.stop()
+        others = _others_cpu() - others_before
+    finally:
+        child.kill()
+        child.wait()
+    assert load.foreign_cpu_s <= others + load.slack_cpu_s + 0.1, (load, others)
+    assert load.wall_s == pytest.approx(0.6, abs=0.1) and load.cpus == psutil.cpu_count()
+
+
+@linux_only
+def test_a_busy_process_that_is_not_ours_is_foreign_and_named(foreign_spinner: psutil.Process) -> None:
+    probe = host_probe.HostProbe()
+    spun_before = sum(foreign_spinner.cpu_times()[:2])
+    probe.start()
+    time.sleep(0.8)
+    load = probe.stop()
+    spun = sum(foreign_spinner.cpu_times()[:2]) - spun_before
+    assert spun > 0.4  # it had a CPU for most of the window
+    assert load.foreign_cpu_s >= spun - load.slack_cpu_s, (load, spun)
+    assert load.disturbed(limit=0.5 * spun / load.capacity_cpu_s)
+    assert f"pid {foreign_spinner.pid}" in probe.busiest_others(interval_s=0.3)
+
+
+@linux_only
+def test_the_slack_covers_the_counters_rounding_on_a_short_quiet_round() -> None:
+    probe = host_probe.HostProbe()
+    probe.start()
+    load = probe.stop()
+    assert load.slack_cpu_s >= 2 * math.sqrt(host_probe.SYSTEM_COUNTERS_PER_CPU * load.cpus / 6) * host_probe.TICK_S
+    assert abs(load.foreign_cpu_s) <= load.slack_cpu_s + 0.05
