@@ -30,6 +30,7 @@ from sglperf.model.verdict import Status
 from sglperf.runtime.server import SHARED_MEMORY_DIR
 from sglperf.session import LiveOptions, LiveSession, PreflightSession
 from sglperf.session.live_session import CPU_NOTE, RunningVariant
+from sglperf.testing.neighbours import foreign_spinners
 
 from .cpu_tier import (
     MARKER_ENV,
@@ -41,7 +42,6 @@ from .cpu_tier import (
     new_marker,
     server_sessions,
 )
-from .neighbours import foreign_spinners
 
 pytestmark = pytest.mark.needs_sglang
 GONE_WITHIN_S = 30.0
@@ -167,7 +167,7 @@ def test_a_busy_neighbour_is_named_not_blamed_on_sglang(plain: Plain) -> None:
     SGLang regression. Busy loops on every CPU now make each round dropped, then one clear error."""
     workload = plain.deployment.workloads[0].model_copy(update={"repeats": 2, "output_len": 16, "warmup": 0})
     saved = plain.live.options
-    plain.live.options = dataclasses.replace(saved, update_baselines=False, max_host_load=0.1)
+    plain.live.options = dataclasses.replace(saved, update_baselines=False, max_host_load=0.1, host_quiet_wait_s=1.0)
     try:
         with foreign_spinners(psutil.cpu_count() or 1) as spinners, pytest.raises(HostBusyError) as info:
             plain.live.measure(plain.deployment, plain.variant, workload, 1)

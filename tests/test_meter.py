@@ -500,7 +500,7 @@ def test_rounds_the_host_disturbed_are_dropped_and_run_again(servers: dict[str, 
         workload("native", repeats=3, output_len=8),
         prompt_set(2),
         concurrency=2,
-        host=HostGuard(probe, limit=0.1),
+        host=HostGuard(probe, limit=0.1, quiet_wait_s=0.0),
     )
     assert probe.started == 5 and flushes() - before == 5  # every round run is a clean one
     assert [r.round for r in result.rounds] == [1, 3, 4]
@@ -512,6 +512,21 @@ def test_rounds_the_host_disturbed_are_dropped_and_run_again(servers: dict[str, 
     json.dumps(result.to_record())
 
 
+def test_after_a_dropped_round_the_meter_waits_for_a_quiet_moment(servers: dict[str, str]) -> None:
+    # Round 0 busy; two busy watch windows, a quiet one; then rounds 1 and 2.
+    probe = ScriptedProbe([True, True, True, False, False, False])
+    started = time.perf_counter()
+    result = measure(
+        servers["plain"],
+        workload("native", repeats=2, output_len=8),
+        prompt_set(1),
+        concurrency=1,
+        host=HostGuard(probe, limit=0.1, quiet_window_s=0.2),
+    )
+    assert probe.started == 6 and time.perf_counter() - started >= 0.6
+    assert [r.round for r in result.rounds] == [1, 2] and len(result.dropped_rounds) == 1
+
+
 def test_a_host_that_stays_busy_is_one_clear_error(servers: dict[str, str]) -> None:
     url = servers["plain"]
     with pytest.raises(HostBusyError) as info:
@@ -520,7 +535,7 @@ def test_a_host_that_stays_busy_is_one_clear_error(servers: dict[str, str]) -> N
             workload("native", repeats=2, output_len=8),
             prompt_set(1),
             concurrency=1,
-            host=HostGuard(ScriptedProbe([True]), limit=0.1),
+            host=HostGuard(ScriptedProbe([True]), limit=0.1, quiet_wait_s=0.0),
         )
     assert str(info.value) == (
         f"{url} w: the host stayed busy: 3 rounds dropped because other processes and the hypervisor took more than "

@@ -17,7 +17,8 @@ measured round; returning True stops the loop there (sequential stopping, decide
 With a ``HostGuard`` it counts what the rest of the machine took during each round
 (`sglperf.model.host_load`); a disturbed round is dropped and run again, and a host that stays
 busy for as many rounds again as the workload has is a :class:`HostBusyError`: its numbers would
-measure the neighbour, not SGLang.
+measure the neighbour, not SGLang. After a dropped round the meter first waits, a minute at most
+per measurement, for a quiet half second: a neighbour that comes and goes costs time, not rounds.
 
 Anything that would make a number untrustworthy (HTTP error, malformed or truncated stream, stall,
 counts that disagree, a length other than the workload's) raises :class:`MeterError`.
@@ -77,10 +78,24 @@ class RoundProbe(Protocol):
 
 @dataclass(frozen=True)
 class HostGuard:
-    """Drop rounds during which the rest of the machine took more than ``limit`` of its CPU."""
+    """Drop rounds during which the rest of the machine took more than ``limit`` of its CPU; after a
+    dropped round, wait (``quiet_wait_s`` in all, per measurement) for a quiet moment before the next."""
 
     probe: RoundProbe
     limit: float  # share of the machine's capacity (CPUs x wall time)
+    quiet_wait_s: float = 60.0
+    quiet_window_s: float = 0.5
+
+
+async def _wait_for_quiet(host: HostGuard, budget_s: float) -> float:
+    """Watch the host in windows until one is quiet or ``budget_s`` is spent; returns the time spent."""
+    started = time.perf_counter()
+    while time.perf_counter() - started < budget_s:
+        host.probe.start()
+        await asyncio.sleep(host.quiet_window_s)
+        if not host.probe.stop().disturbed(host.limit):
+            break
+    return time.perf_counter() - started
 
 
 @dataclass(frozen=True)
@@ -298,6 +313,7 @@ async def run_workload(
         for raw in await _bounded(limit, warm):
             session.parse(raw)  # a broken warm-up answer is as much an error as a measured one
         r = 0  # rounds run, dropped ones included: request ids stay unique
+        waited_s = 0.0
         while len(rounds) < workload.repeats:
             if not workload.reuse_prefix_cache:
                 await session.flush_cache()
@@ -312,6 +328,7 @@ async def run_workload(
                 dropped.append(stats)
                 if len(dropped) > workload.repeats:
                     raise HostBusyError(_host_busy(base_url, workload, host, dropped))
+                waited_s += await _wait_for_quiet(host, host.quiet_wait_s - waited_s)
                 continue
             samples += parsed
             rounds.append(stats)

@@ -62,6 +62,9 @@ class RunnerProfile(_Strict):
     # Memory bandwidth per GPU (GB/s) for the decode roofline; default: the vendor figure for gpu_name
     # (sglperf.model.hardware). Not part of what preflight simulates.
     memory_bandwidth_gbs: float | None = Field(default=None, gt=0, le=100_000)
+    # Share of this machine's CPU other processes may take during a measured round before it is run
+    # again (sglperf.model.host_load); default DEFAULT_MAX_HOST_LOAD, --max-host-load overrides.
+    max_host_load: float | None = Field(default=None, gt=0, le=1)
 
     @model_validator(mode="before")
     @classmethod
@@ -97,7 +100,7 @@ class RunnerProfile(_Strict):
         return self.device == "cpu"
 
     def as_probe_profile(self) -> dict[str, Any]:
-        return self.model_dump(exclude_none=True, exclude={"memory_bandwidth_gbs"})
+        return self.model_dump(exclude_none=True, exclude={"memory_bandwidth_gbs", "max_host_load"})
 
 
 class Speculative(_Strict):

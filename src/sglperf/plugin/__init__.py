@@ -109,10 +109,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     add(
         "--max-host-load",
         type=_share,
-        default=DEFAULT_MAX_HOST_LOAD,
         metavar="SHARE",
         help="drop and run again a measured round during which other processes and the hypervisor took more than "
-        f"this share of the machine's CPU (default {DEFAULT_MAX_HOST_LOAD:g}; 1 never drops)",
+        f"this share of the machine's CPU (default: the runner profile's max_host_load, else "
+        f"{DEFAULT_MAX_HOST_LOAD:g}; 1 never drops)",
     )
     parser.addini("sglperf_deployments", "folder holding deployment files", default="deployments")
 

@@ -58,7 +58,9 @@ class LiveOptions:
     root: Path = Path(".")
     attach_url: str | None = None  # a running server to check instead of launching one
     attach_gpus: str | None = None  # the attached server's GPUs as its operator declares them (COUNTxNAME)
-    max_host_load: float = DEFAULT_MAX_HOST_LOAD  # share of this machine's CPU others may take in a round
+    max_host_load: float | None = None  # share of this machine's CPU others may take in a round; None:
+    # the runner profile's max_host_load, else DEFAULT_MAX_HOST_LOAD
+    host_quiet_wait_s: float = 60.0  # per measurement, for a quiet moment after a dropped round
 
 
 class LiveSkip(Exception):
@@ -380,7 +382,8 @@ class LiveSession:
             f"{key}: measuring ({'up to ' if plan else ''}{workload.repeats} rounds of {len(prompts.prompts)} prompts, "
             f"{workload.output_len} tokens each{', sequential' if plan else ''})"
         )
-        guard, host_note = self._host_guard(running)
+        limit = self.options.max_host_load or deployment.runner.max_host_load or DEFAULT_MAX_HOST_LOAD
+        guard, host_note = self._host_guard(running, limit)
         result = meter.measure(
             running.server.base_url,
             workload,
@@ -392,7 +395,7 @@ class LiveSession:
             host=guard,
         )
         host = HostLoadSummary.of(
-            self.options.max_host_load,
+            limit,
             [r.host for r in result.rounds if r.host],
             [r.host for r in result.dropped_rounds if r.host],
         )
@@ -457,7 +460,7 @@ class LiveSession:
         out.write_text(json.dumps(written, indent=1, sort_keys=True, default=str))
         return record
 
-    def _host_guard(self, running: RunningVariant) -> tuple[meter.HostGuard | None, str | None]:
+    def _host_guard(self, running: RunningVariant, limit: float) -> tuple[meter.HostGuard | None, str | None]:
         """The busy-host check for a measurement, or (None, why it is not made)."""
         if isinstance(running.server, AttachedServer):
             # Its processes are not ours to tell apart from a neighbour's, and it may run elsewhere.
@@ -465,7 +468,7 @@ class LiveSession:
         problem = host_probe.available()
         if problem:
             return None, problem
-        return meter.HostGuard(host_probe.HostProbe(), self.options.max_host_load), None
+        return meter.HostGuard(host_probe.HostProbe(), limit, self.options.host_quiet_wait_s), None
 
     def _roofline(
         self, deployment: Deployment, variant: Variant, samples: dict[str, list[float]]

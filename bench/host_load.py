@@ -1,0 +1,122 @@
+"""What a busy neighbour does to a measurement, and does the busy-host check see it?
+
+A real SGLang 0.5.23 server on this CPU (the tiny Qwen3, variant ``plain`` of
+``deployments/tiny-cpu.toml``, launched as the suite launches it) is measured with the
+``decode-chat`` workload, ``--rounds`` rounds per condition, while other processes that are not
+sglperf's (busy loops adopted by init, `sglperf.testing.neighbours`) take the CPU: none, one loop
+busy a fifth of the time, one fully busy loop, and one per CPU. Each round's ITL and the probe's
+reading (`sglperf.runtime.host_probe`) are kept; no round is dropped here, so the table
+shows, per condition:
+
+* the median ITL against the quiet rounds' median (what a neighbour would be blamed on SGLang for);
+* the median share of the machine's CPU the probe counted as taken by others;
+* how many rounds each of ``--limits`` would drop and run again (the default limit 0.10, and the
+  0.03 the tiny-cpu runner profiles set, for a CPU server this sensitive).
+
+A quiet row's dropped share is the check's false alarms (a quiet round run again for nothing); the
+loaded rows' is its detection. Prints a markdown table headed by the command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+from sglperf.measure.meter import HostGuard, measure
+from sglperf.measure.prompts import load_prompts
+from sglperf.model.deployment import load
+from sglperf.model.host_load import DEFAULT_MAX_HOST_LOAD
+from sglperf.runtime.host_probe import HostProbe
+from sglperf.session import LiveOptions, LiveSession, PreflightSession
+from sglperf.sglang import envs
+from sglperf.testing import tiny_models
+from sglperf.testing.neighbours import foreign_spinners
+
+REPO = Path(__file__).resolve().parents[1]
+SGLANG_VERSION = "0.5.23"
+CPUS = os.cpu_count() or 1
+# (label, busy loops, share of the time each is busy)
+CONDITIONS = (
+    ("quiet", 0, 1.0),
+    ("1 loop, busy 20% of the time", 1, 0.2),
+    ("1 busy loop", 1, 1.0),
+    (f"{CPUS} busy loops (one per CPU)", CPUS, 1.0),
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=20, help="rounds per condition")
+    parser.add_argument("--limits", default=f"{DEFAULT_MAX_HOST_LOAD:g},0.03", help="max host loads to apply")
+    args = parser.parse_args(argv)
+    limits = [float(x) for x in args.limits.split(",")]
+    python = str(envs.ensure_cpu_env(SGLANG_VERSION).python)
+    cache = Path(os.environ.get("SGLPERF_HOME", Path.home() / ".cache" / "sglperf"))
+    os.environ["SGLPERF_TINY_MODELS"] = str(tiny_models.ensure(python, cache / "tiny-models"))
+    deployment = load(REPO / "deployments" / "tiny-cpu.toml")
+    workload = next(w for w in deployment.workloads if w.id == "decode-chat")
+    workload = workload.model_copy(update={"repeats": args.rounds})
+    prompts = load_prompts(deployment.path.parent / workload.prompts)
+    prompts = dataclasses.replace(prompts, prompts=prompts.prompts[: workload.max_prompts])
+    progress = lambda message: print(f"  {message}", file=sys.stderr)  # noqa: E731
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        preflight = PreflightSession(lambda: python, progress)
+        live = LiveSession(LiveOptions(results_dir=Path(tmp), root=REPO), preflight, progress)
+        try:
+            running = live.running(deployment, deployment.variant("plain"))
+            for label, loops, duty in CONDITIONS:
+                with foreign_spinners(loops, duty):
+                    result = measure(
+                        running.server.base_url,
+                        workload,
+                        prompts,
+                        concurrency=1,
+                        host=HostGuard(HostProbe(), limit=math.inf),  # counted, never dropped
+                    )
+                # Per round, the median ITL of its requests; a request starved into a single chunk has none.
+                itl = [
+                    statistics.median(values)
+                    for r in result.rounds
+                    if (values := [s.itl_s for s in result.samples if s.repeat == r.round and s.itl_s is not None])
+                ]
+                loads = [r.host for r in result.rounds if r.host is not None]
+                rows.append((label, itl, loads))
+                progress(f"{label}: done")
+        finally:
+            live.close()
+            preflight.close()
+
+    command = " ".join(["python", "bench/host_load.py", *(argv if argv is not None else sys.argv[1:])])
+    quiet_itl = statistics.median(rows[0][1])
+    print(
+        f"`{command}` ({CPUS} CPUs; real SGLang {SGLANG_VERSION} CPU server, tiny Qwen3 plain, decode-chat: "
+        f"{workload.max_prompts} prompts x {workload.output_len} tokens per round, {args.rounds} rounds per row)\n"
+    )
+    print(
+        "| neighbour | median ITL / quiet | ITL p90 / quiet | others' share of the CPU, median (min to max) | "
+        + " | ".join(f"rounds dropped at {limit:g}" for limit in limits)
+        + " |"
+    )
+    print("|---|---:|---:|---:|" + "---:|" * len(limits))
+    for label, itl, loads in rows:
+        shares = [h.share for h in loads]
+        dropped = [f"{sum(h.disturbed(limit) for h in loads)} of {len(loads)}" for limit in limits]
+        p90 = statistics.quantiles(itl, n=10)[-1] if len(itl) > 1 else itl[0]
+        print(
+            f"| {label} | {statistics.median(itl) / quiet_itl:.2f} | {p90 / quiet_itl:.2f} "
+            f"| {statistics.median(shares):.0%} ({min(shares):.0%} to {max(shares):.0%}) | "
+            + " | ".join(dropped)
+            + " |"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
