@@ -16,7 +16,7 @@ request to the read that delivered the first token-carrying chunk.
 measured round; returning True stops the loop there (sequential stopping, decided by the caller).
 With a ``HostGuard`` it counts what the rest of the machine took during each round
 (`sglperf.model.host_load`); a disturbed round is dropped and run again, and a host that stays
-busy for as many rounds again as the workload has is a :class:`HostBusyError`: its numbers would
+busy for more dropped rounds than the workload's repeats is a :class:`HostBusyError`: its numbers would
 measure the neighbour, not SGLang. After a dropped round the meter first waits, a minute at most
 per measurement, for a quiet half second: a neighbour that comes and goes costs time, not rounds.
 
