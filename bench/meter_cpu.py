@@ -81,10 +81,11 @@ result = measure(url, workload, prompt_set, concurrency=concurrency)
 cpu_s = time.process_time() - started
 print(json.dumps({"tokens": sum(s.completion_tokens for s in result.samples), "cpu_s": cpu_s}))
 """
-# bench_serving as `python -m sglang.bench_serving` runs it, with its benchmark() phase timed.
+# bench_serving as `python -m <its module>` runs it, with its benchmark() phase timed.
 BENCH_SERVING_CLIENT = """
-import sys, time
-import sglang.benchmark.serving as serving
+import importlib, sys, time
+sys.argv[0] = sys.argv.pop(1)
+serving = importlib.import_module(sys.argv[0])
 inner = serving.benchmark
 async def benchmark(*args, **kwargs):
     started = time.process_time()
@@ -93,7 +94,6 @@ async def benchmark(*args, **kwargs):
     finally:
         print("SGLPERF_PHASE_CPU_S", time.process_time() - started, flush=True)
 serving.benchmark = benchmark
-sys.argv[0] = "sglang.bench_serving"
 serving.cli_main()
 """
 
@@ -146,6 +146,7 @@ def run_bench_serving(target: Target, requests: int, args: argparse.Namespace, t
         args.sglang_python,
         "-c",
         BENCH_SERVING_CLIENT,
+        args.bench_serving_module,
         "--backend",
         "sglang",
         "--base-url",
@@ -259,6 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.large % args.concurrency or args.small % args.concurrency:
         parser.error("--small and --large must be multiples of --concurrency (the meter runs whole rounds)")
     args.sglang_python = str(envs.ensure_env(SGLANG_VERSION).python)
+    args.bench_serving_module = envs.bench_serving_module(args.sglang_python)
     cache = Path(os.environ.get("SGLPERF_HOME", Path.home() / ".cache" / "sglperf"))
     cpu_python = str(envs.ensure_cpu_env(SGLANG_VERSION).python) if "real-cpu" in servers else None
     models = tiny_models.ensure(cpu_python or args.sglang_python, cache / "tiny-models")

@@ -28,6 +28,8 @@ from sglperf.measure import meter
 from sglperf.measure.prompts import load_prompts
 from sglperf.model.deployment import load
 from sglperf.session import LiveOptions, LiveSession, PreflightSession
+from sglperf.sglang import envs
+from sglperf.sglang.server_api import BENCH_SERVING_MODULES
 
 from .cpu_tier import MARKER_ENV, ROOT, TINY_CPU, TINY_CPU_MTP, TINY_MODELS_ENV, cpu_setup, new_marker
 
@@ -272,13 +274,16 @@ def test_sglperf_meter_works_against_both(sides: Sides, api: str) -> None:
 
 
 def test_sglang_bench_serving_works_against_both(sides: Sides, tmp_path: Path) -> None:
-    """SGLang's own benchmark client, backend sglang, unchanged (it asks /v1/models for the model)."""
+    """SGLang's own benchmark client, backend sglang, unchanged (it asks /v1/models for the model),
+    from where this release keeps it: on 0.5.23 the new path, so no deprecation warning."""
+    module = envs.bench_serving_module(sides.python)
+    assert module == BENCH_SERVING_MODULES[0]
     for url in (sides.real_url, sides.emulator_url):
         host, port = url.removeprefix("http://").split(":")
         cmd = [
             sides.python,
             "-m",
-            "sglang.bench_serving",
+            module,
             "--backend",
             "sglang",
             "--host",
@@ -304,3 +309,4 @@ def test_sglang_bench_serving_works_against_both(sides: Sides, tmp_path: Path) -
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
         assert proc.returncode == 0, f"{url}: {proc.stdout[-1500:]}\n{proc.stderr[-1500:]}"
         assert "Successful requests:                     4" in proc.stdout, proc.stdout[-1500:]
+        assert "`sglang.bench_serving` is deprecated" not in proc.stderr, proc.stderr[-1500:]

@@ -149,3 +149,16 @@ def test_the_documented_preflight_works_right_after_set_up(sglang_python, tmp_pa
     assert chosen == str(envs.env_for(NEW_SGLANG).python) or "sglang-" in chosen
     assert said and "using the managed SGLang" in said[0]
     assert os.path.exists(chosen)
+
+
+@pytest.mark.parametrize(
+    ("version", "module"), [("0.5.13", "sglang.bench_serving"), (NEW_SGLANG, "sglang.benchmark.serving")]
+)
+def test_bench_serving_is_found_where_each_release_keeps_it(sglang_python, version: str, module: str) -> None:
+    # 0.5.23 moved it and deprecates the old path; 0.5.13 has only the old one.
+    assert envs.bench_serving_module(sglang_python(version)) == module
+
+
+def test_an_interpreter_without_sglang_has_no_bench_serving_and_says_so() -> None:
+    with pytest.raises(envs.EnvBuildError, match=f"{sys.executable}: none of sglang.benchmark.serving, sglang.bench"):
+        envs.bench_serving_module(sys.executable)

@@ -47,7 +47,7 @@ class MeterError(RuntimeError):
 
 
 class HostBusyError(MeterError):
-    """The machine stayed busy with other work: every round the meter tried was disturbed."""
+    """The machine stayed busy with other work: more rounds than the workload's repeats were disturbed."""
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from packaging.requirements import Requirement
 from packaging.version import InvalidVersion, Version
 
 from sglperf.model.progress import Progress, silent
+from sglperf.sglang.server_api import BENCH_SERVING_MODULES
 
 TORCH_SPEC = ("torch==2.14.1", "torchvision==0.29.1")
 
@@ -436,3 +437,25 @@ def python_for_runner(python: str, device: str, progress: Progress = silent) -> 
 
 def cpu_env_ready(env: SGLangEnv) -> bool:
     return _cpu_ready(env) and (env.path / ".sglperf-ready").read_text().strip() == _cpu_recipe_if_known(env)
+
+
+def bench_serving_module(python: str) -> str:
+    """The module SGLang's benchmark client lives in for the release under ``python``, asked of that
+    interpreter (`server_api.BENCH_SERVING_MODULES`, newest first); EnvBuildError when it has none."""
+    probe = (
+        "import importlib.util, sys\n"
+        "for name in sys.argv[1:]:\n"
+        "    try:\n"
+        "        if importlib.util.find_spec(name):\n"
+        "            print(name); break\n"
+        "    except ImportError:\n"
+        "        pass\n"
+    )
+    out = subprocess.run([python, "-c", probe, *BENCH_SERVING_MODULES], capture_output=True, text=True, timeout=300)
+    found = out.stdout.strip().splitlines()
+    if out.returncode != 0 or not found:
+        raise EnvBuildError(
+            f"{python}: none of {', '.join(BENCH_SERVING_MODULES)} can be found (SGLang's benchmark client moved "
+            f"again?): {out.stderr.strip()[-300:]}"
+        )
+    return found[-1]
