@@ -30,6 +30,8 @@ from sglperf.model.verdict import Status
 from sglperf.runtime.server import SHARED_MEMORY_DIR
 from sglperf.session import LiveOptions, LiveSession, PreflightSession
 from sglperf.session.live_session import CPU_NOTE, RunningVariant
+from sglperf.sglang import envs
+from sglperf.sglang.cpu_shim import AMX_NOTE
 from sglperf.testing.neighbours import foreign_spinners
 
 from .cpu_tier import (
@@ -160,6 +162,8 @@ def test_baseline_recorded_then_compared_as_cpu_numbers(plain: Plain) -> None:
     assert compared.baseline_status == BaselineStatus.COMPARED, compared.problems
     assert {c.metric for c in compared.comparisons} >= {"decode_tok_s", "ttft_s"}
     assert recorded.host is not None and compared.host is not None  # counted, whatever this box is doing
+    # On a CPU without AMX the effective args still say intel_amx: the shim's doing, and every record says so.
+    assert (AMX_NOTE in compared.notes) == ("amx_tile" not in envs.cpu_flags()), compared.notes
 
 
 def test_a_busy_neighbour_is_named_not_blamed_on_sglang(plain: Plain) -> None:

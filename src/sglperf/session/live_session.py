@@ -35,6 +35,7 @@ from sglperf.runtime.attach import AttachedServer, AttachError, DeclaredGpus, at
 from sglperf.session.handles import ServerHandle, VariantRef
 from sglperf.session.preflight_session import PreflightSession, deployment_key
 from sglperf.sglang import envs, modelsize
+from sglperf.sglang.cpu_shim import AMX_NOTE
 from sglperf.sglang.flags import LaunchPlan, plan
 
 MODEL_PATH_ENV = "SGLPERF_MODEL_PATH"
@@ -77,6 +78,7 @@ class RunningVariant:
     facts: ServerFacts
     inventory: gpus.Inventory
     verdicts: list[Verdict] = field(default_factory=list)
+    server_notes: tuple[str, ...] = ()  # what every measurement on this server should say about it
 
     @property
     def key(self) -> tuple[str, str]:
@@ -221,7 +223,19 @@ class LiveSession:
             raise server.ServerStartError(
                 f"{name}: CPU runner {deployment.runner.name!r}, but the server says device = {facts.device!r}"
             )
-        return RunningVariant(deployment, variant, launch, running_server, lease, facts, gpus.visible_gpus())
+        # The CPU shim says in the server's log when it told SGLang of an AMX this CPU lacks; the
+        # effective args then read intel_amx, so every measurement repeats it.
+        shimmed = deployment.runner.is_cpu and AMX_NOTE in running_server.log_tail(100_000)
+        return RunningVariant(
+            deployment,
+            variant,
+            launch,
+            running_server,
+            lease,
+            facts,
+            gpus.visible_gpus(),
+            server_notes=(AMX_NOTE,) if shimmed else (),
+        )
 
     def _attach(self, deployment: Deployment, variant: Variant) -> RunningVariant:
         """The one attached server, claimed by the first variant asked for; never launched or stopped."""
@@ -426,7 +440,7 @@ class LiveSession:
         roof, roof_note = self._roofline(deployment, variant, samples)
         notes = ([regression.DUMMY_NOTE] if prov.dummy_weights else []) + verdict.notes
         if running.facts.device == "cpu" and not running.facts.emulated:
-            notes.insert(0, CPU_NOTE)
+            notes[:0] = [CPU_NOTE, *running.server_notes]
         if host is not None and (dropped := host.note()):
             notes.append(dropped)
         record = MeasurementRecord(
