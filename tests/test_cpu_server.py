@@ -27,6 +27,7 @@ from sglperf.model.deployment import Deployment, load
 from sglperf.model.intent_names import DECODE_CUDA_GRAPH
 from sglperf.model.measurement import BaselineStatus
 from sglperf.model.verdict import Status
+from sglperf.runtime import shm_ledger
 from sglperf.runtime.server import SHARED_MEMORY_DIR
 from sglperf.session import LiveOptions, LiveSession, PreflightSession
 from sglperf.session.live_session import CPU_NOTE, RunningVariant
@@ -228,3 +229,17 @@ def test_no_process_left_when_pytest_is_interrupted(tmp_path: Path, how: str) ->
         pytest.fail("pytest did not exit within 60 s of Ctrl-C")
     left = _wait_gone(marker, sessions)
     assert not left, f"processes left after {how} of pytest:\n{_describe(left)}"
+    # Its shared memory: removed by the stop after Ctrl-C; after SIGKILL, by the next launch's sweep.
+    (entry,) = [e for e in _ledger_entries() if e.pid in sessions] or [None]
+    if how == "ctrl-c":
+        assert entry is None
+        return
+    assert entry is not None and entry.paths, "the healthy server's shared memory was not written down"
+    assert all(os.path.exists(p) for p in entry.paths)  # SIGKILL: nobody stopped the server
+    removed = shm_ledger.sweep()
+    assert set(entry.paths) <= set(removed) and not any(os.path.exists(p) for p in entry.paths)
+    assert not entry.file.exists()
+
+
+def _ledger_entries() -> list[shm_ledger.LedgerEntry]:
+    return [shm_ledger.read_entry(f) for f in shm_ledger.ledger_dir().glob("*.json")]

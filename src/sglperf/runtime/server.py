@@ -26,13 +26,14 @@ import httpx
 import psutil
 
 from sglperf.model.progress import Progress, silent
+from sglperf.runtime import shm_ledger
+from sglperf.runtime.shm_ledger import SHARED_MEMORY_DIR
 from sglperf.sglang.flags import API_KEY_FLAG, HOST_FLAG, PORT_FLAG
 from sglperf.sglang.server_api import HEALTH_PATHS, LAUNCH_MODULE
 
 HOST = "127.0.0.1"
 PROGRESS_EVERY_S = 30.0
 POLL_S = 0.25
-SHARED_MEMORY_DIR = "/dev/shm/"
 # A string, not an import: production code never imports the test double.
 EMULATOR_MODULE = "sglperf.testing.emulator"
 
@@ -124,6 +125,7 @@ class Server:
         )
         self.started_at = time.monotonic()
         self._stopped: StopReport | None = None
+        self._ledger: shm_ledger.LedgerEntry | None = None
         with _LIVE_LOCK:
             _LIVE.add(self)
 
@@ -191,6 +193,10 @@ class Server:
         except psutil.NoSuchProcess:
             return []
 
+    def write_down_shared_memory(self) -> None:
+        """What the server maps in /dev/shm, in the ledger, in case this process is killed before stop()."""
+        self._ledger = shm_ledger.record(self.proc.pid, self.spec.name, _shared_memory_files(_tree(self.proc.pid)))
+
     def stop(self, grace_s: float = 15.0) -> StopReport:
         """SIGTERM the whole tree, SIGKILL what is left after ``grace_s``; idempotent."""
         if self._stopped is not None:
@@ -210,7 +216,8 @@ class Server:
         _, survivors = psutil.wait_procs(alive, timeout=5.0)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=1.0)  # reap our direct child
-        removed = _remove_files(shared)
+        removed = _remove_files(shared | set(self._ledger.paths if self._ledger else ()))
+        shm_ledger.forget(self._ledger)
         if removed:
             self._log.write(f"# sglperf: removed shared memory it left: {', '.join(removed)}\n".encode())
         self._log.write(f"# sglperf: stopped at {time.time():.3f}\n".encode())
@@ -277,11 +284,16 @@ def _tree(pid: int) -> list[psutil.Process]:
 
 
 def launch(spec: ServerSpec, cuda_visible_devices: str | None = None, progress: Progress = silent) -> Server:
-    """Start a server and wait for it to become healthy (or raise ServerStartError)."""
+    """Start a server and wait for it to become healthy (or raise ServerStartError).
+
+    First, shared memory that servers killed with an earlier run left is removed (`shm_ledger`);
+    once healthy, what this one maps there is written down for the same reason."""
+    shm_ledger.sweep(progress)
     server = Server(spec, cuda_visible_devices)
     progress(f"{spec.name}: starting {' '.join(server.command)} (log {spec.log_path})")
     seconds = server.wait_healthy(progress)
     progress(f"{spec.name}: healthy after {seconds:.1f} s at {server.base_url}")
+    server.write_down_shared_memory()
     return server
 
 

@@ -1,0 +1,129 @@
+"""Shared memory a server left behind when nobody could stop it (pytest or the machine killed hard).
+
+SGLang's CPU backend maps a 270 MB ``deepspeed_allreduce_buffer_*`` file in /dev/shm per start and
+never unlinks it; `server.Server.stop` removes what the server mapped. A SIGKILL of pytest skips
+that stop (its servers die with it, through PR_SET_PDEATHSIG), and on RAM-backed /dev/shm the files
+pile up run after run: eight of them, 2.1 GB, were found on this project's CI machine.
+
+So once a server is healthy, the files it maps are written down in a ledger entry (one JSON file
+per server under ``<sglperf home>/shared-memory/``), removed again when it stops. Before each launch
+the ledger is swept: an entry whose server is gone has its files removed, but only files that are
+still in /dev/shm and that no running process maps (a new server on the same port would reuse the
+name). An entry that cannot be read is left alone and named: nothing is deleted on a guess.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from sglperf.model.files import write_text_atomic
+from sglperf.model.progress import Progress, silent
+from sglperf.sglang import envs
+
+SHARED_MEMORY_DIR = "/dev/shm/"
+LEDGER_DIR_NAME = "shared-memory"
+
+
+def ledger_dir() -> Path:
+    return envs.home() / LEDGER_DIR_NAME
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    pid: int
+    create_time: float
+    name: str
+    paths: tuple[str, ...]
+
+    @property
+    def file(self) -> Path:
+        return ledger_dir() / f"{self.pid}-{int(self.create_time * 1000)}.json"
+
+    def server_alive(self) -> bool:
+        try:
+            return abs(psutil.Process(self.pid).create_time() - self.create_time) < 0.01
+        except psutil.Error:
+            return False
+
+
+def in_shared_memory(path: str) -> bool:
+    """A file directly in /dev/shm (no sub-folder, no way out of it)."""
+    return os.path.dirname(os.path.normpath(path)) + "/" == SHARED_MEMORY_DIR
+
+
+def record(pid: int, name: str, paths: set[str]) -> LedgerEntry | None:
+    """Write down what a healthy server maps; None when it maps nothing there."""
+    kept = tuple(sorted(p for p in paths if in_shared_memory(p)))
+    if not kept:
+        return None
+    try:
+        created = psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None
+    entry = LedgerEntry(pid, created, name, kept)
+    entry.file.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(entry.file, json.dumps({"pid": pid, "create_time": created, "name": name, "paths": kept}))
+    return entry
+
+
+def forget(entry: LedgerEntry | None) -> None:
+    if entry is not None:
+        with contextlib.suppress(FileNotFoundError):
+            entry.file.unlink()
+
+
+def read_entry(file: Path) -> LedgerEntry:
+    data = json.loads(file.read_text())
+    paths = data["paths"]
+    if not isinstance(paths, list) or not all(isinstance(p, str) and in_shared_memory(p) for p in paths):
+        raise ValueError("paths: expected a list of files directly in /dev/shm")
+    return LedgerEntry(int(data["pid"]), float(data["create_time"]), str(data["name"]), tuple(paths))
+
+
+def _mapped_by_someone(paths: set[str]) -> set[str]:
+    """Which of ``paths`` some running process maps (or has open)."""
+    found: set[str] = set()
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError):
+            maps = Path(f"/proc/{proc.pid}/maps").read_text()
+            found |= {p for p in paths if p in maps}
+            found |= {f.path for f in proc.open_files() if f.path in paths}
+    return found
+
+
+def sweep(progress: Progress = silent) -> list[str]:
+    """Remove what servers that are gone left in /dev/shm; returns the files removed."""
+    folder = ledger_dir()
+    if not folder.is_dir():
+        return []
+    removed: list[str] = []
+    for file in sorted(folder.glob("*.json")):
+        try:
+            entry = read_entry(file)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            progress(f"shared-memory ledger {file}: unreadable ({exc}); left as it is, remove it by hand")
+            continue
+        if entry.server_alive():
+            continue
+        present = {p for p in entry.paths if os.path.exists(p)}
+        in_use = _mapped_by_someone(present) if present else set()
+        gone = []
+        for path in sorted(present - in_use):
+            with contextlib.suppress(FileNotFoundError, PermissionError):
+                size = os.path.getsize(path)
+                os.unlink(path)
+                gone.append(path)
+                removed.append(path)
+                progress(
+                    f"removed {path} ({size / 2**20:.0f} MiB of shared memory) left by {entry.name} "
+                    f"(pid {entry.pid}, no longer running)"
+                )
+        if not in_use:
+            forget(entry)
+    return removed

@@ -1,0 +1,115 @@
+"""The shared-memory ledger: what a killed server left in /dev/shm is removed, and nothing else."""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sglperf.runtime import shm_ledger
+
+pytestmark = pytest.mark.skipif(not os.path.isdir(shm_ledger.SHARED_MEMORY_DIR), reason="no /dev/shm here")
+
+
+@pytest.fixture(autouse=True)
+def own_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SGLPERF_HOME", str(tmp_path / "home"))
+
+
+@pytest.fixture
+def shm_file() -> Iterator[str]:
+    path = f"{shm_ledger.SHARED_MEMORY_DIR}sglperf-test-{uuid.uuid4().hex}"
+    with open(path, "wb") as fh:
+        fh.write(b"\0" * 4096)
+    try:
+        yield path
+    finally:
+        if os.path.exists(path):
+            os.unlink(path)
+
+
+def _dead_server(paths: set[str]) -> shm_ledger.LedgerEntry:
+    """A ledger entry written for a process that has since been killed."""
+    proc = subprocess.Popen(["sleep", "60"])
+    entry = shm_ledger.record(proc.pid, "tiny-cpu-plain", paths)
+    proc.kill()
+    proc.wait()
+    assert entry is not None and entry.file.is_file()
+    return entry
+
+
+def test_files_of_a_server_that_is_gone_are_removed_with_its_entry(shm_file: str) -> None:
+    entry = _dead_server({shm_file})
+    messages: list[str] = []
+    assert shm_ledger.sweep(messages.append) == [shm_file]
+    assert not os.path.exists(shm_file) and not entry.file.exists()
+    assert messages == [
+        f"removed {shm_file} (0 MiB of shared memory) left by tiny-cpu-plain (pid {entry.pid}, no longer running)"
+    ]
+
+
+def test_a_running_server_keeps_its_files(shm_file: str) -> None:
+    proc = subprocess.Popen(["sleep", "60"])
+    try:
+        entry = shm_ledger.record(proc.pid, "tiny-cpu-plain", {shm_file})
+        assert shm_ledger.sweep() == [] and os.path.exists(shm_file)
+        assert entry is not None and entry.file.is_file()
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_file_some_process_maps_is_kept_and_so_is_the_entry(shm_file: str) -> None:
+    # A new server on the same port reuses the file name: what a live process maps is never removed.
+    entry = _dead_server({shm_file})
+    with open(shm_file, "r+b") as fh, mmap.mmap(fh.fileno(), 4096):
+        assert shm_ledger.sweep() == []
+        assert os.path.exists(shm_file) and entry.file.is_file()
+    assert shm_ledger.sweep() == [shm_file]
+
+
+def test_an_unreadable_entry_is_named_and_left_with_its_files(shm_file: str) -> None:
+    folder = shm_ledger.ledger_dir()
+    folder.mkdir(parents=True)
+    bad = folder / "123-456.json"
+    bad.write_text(json.dumps({"pid": 1, "create_time": 0, "name": "x", "paths": [shm_file, "/etc/passwd"]}))
+    messages: list[str] = []
+    assert shm_ledger.sweep(messages.append) == []
+    assert bad.is_file() and os.path.exists(shm_file)
+    assert messages == [
+        f"shared-memory ledger {bad}: unreadable (paths: expected a list of files directly in /dev/shm); "
+        "left as it is, remove it by hand"
+    ]
+
+
+def test_only_files_directly_in_dev_shm_are_written_down(shm_file: str) -> None:
+    proc = subprocess.Popen(["sleep", "60"])
+    try:
+        assert shm_ledger.record(proc.pid, "s", {"/tmp/x", "/dev/shm/../etc/passwd"}) is None
+        entry = shm_ledger.record(proc.pid, "s", {shm_file, "/dev/shm/sub/x"})
+        assert entry is not None and entry.paths == (shm_file,)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.parametrize(
+    ("path", "admitted"),
+    [
+        ("/dev/shm/deepspeed_allreduce_buffer_0_127.0.0.1_25000_0", True),
+        ("/dev/shm/./x", True),
+        ("/dev/shm/../etc/passwd", False),
+        ("/dev/shm/sub/x", False),
+        ("/dev/shm/", False),
+        ("dev/shm/x", False),
+        ("/tmp/x", False),
+    ],
+)
+def test_only_a_file_directly_in_dev_shm_may_ever_be_removed(path: str, admitted: bool) -> None:
+    assert shm_ledger.in_shared_memory(path) is admitted
