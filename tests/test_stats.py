@@ -17,7 +17,7 @@ from sglperf.baselines.stats import (
     rank_sum_p_values,
 )
 from sglperf.baselines.stats import compare_samples as compare
-from sglperf.model.metrics import METRICS, Direction
+from sglperf.model.metrics import METRICS, Direction, MetricOutcome
 from sglperf.model.metrics import MetricOutcome as Outcome
 
 pytestmark = pytest.mark.selftest
@@ -172,10 +172,28 @@ def test_bad_samples_raise_naming_the_metric(bad: float, side: str) -> None:
         compare("itl_s", runs["baseline"], runs["current"])
 
 
-@pytest.mark.parametrize("kwargs", [{"threshold": -0.1}, {"threshold": 1.0}, {"alpha": 0.0}, {"alpha": 0.5}])
-def test_bad_settings_raise_naming_the_metric(kwargs: dict[str, float]) -> None:
-    with pytest.raises(ValueError, match="e2e_s"):
-        compare("e2e_s", [1.0] * 6, [1.0] * 6, **kwargs)
+@pytest.mark.parametrize(
+    ("metric", "kwargs"),
+    [
+        ("e2e_s", {"threshold": -0.1}),
+        ("e2e_s", {"threshold": math.inf}),
+        ("decode_tok_s", {"threshold": 1.0}),  # a rate cannot lose all of itself
+        ("e2e_s", {"alpha": 0.0}),
+        ("e2e_s", {"alpha": 0.5}),
+    ],
+)
+def test_bad_settings_raise_naming_the_metric(metric: str, kwargs: dict[str, float]) -> None:
+    with pytest.raises(ValueError, match=metric):
+        compare(metric, [1.0] * 6, [1.0] * 6, **kwargs)
+
+
+def test_a_latency_threshold_may_allow_more_than_double() -> None:
+    # 2.0: three times the baseline is the floor; the mirrored rate threshold is 2/3.
+    base = [1.0, 1.01, 0.99, 1.02, 0.98, 1.0]
+    assert compare("e2e_s", base, [2.5 * x for x in base], threshold=2.0).outcome is MetricOutcome.UNCHANGED
+    assert compare("e2e_s", base, [3.2 * x for x in base], threshold=2.0).outcome is MetricOutcome.REGRESSION
+    slower = [x / 3.2 for x in base]
+    assert compare("decode_tok_s", base, slower, threshold=2 / 3).outcome is MetricOutcome.REGRESSION
 
 
 def test_unknown_metric_needs_a_direction_and_threshold() -> None:

@@ -224,12 +224,16 @@ def _resolve(
             raise ValueError(f"{metric}: no default threshold; pass threshold=")
         threshold = METRICS[metric].default_threshold
     alpha = DEFAULT_ALPHA if alpha is None else alpha
-    if not 0.0 <= threshold < 1.0:
-        raise ValueError(f"{metric}: threshold must be a relative change in [0, 1), got {threshold!r}")
+    direction = Direction(direction)
+    if not 0.0 <= threshold < direction.threshold_limit:
+        raise ValueError(
+            f"{metric}: threshold must be a relative change in [0, {direction.threshold_limit:g}) for a metric where "
+            f"{direction.value} is better, got {threshold!r}"
+        )
     # Above 0.5 both one-sided tails could pass at once.
     if not 0.0 < alpha < 0.5:
         raise ValueError(f"{metric}: alpha must be in (0, 0.5), got {alpha!r}")
-    return Direction(direction), float(threshold), float(alpha)
+    return direction, float(threshold), float(alpha)
 
 
 def _validate(metric: str, side: str, samples: Sequence[float]) -> np.ndarray:

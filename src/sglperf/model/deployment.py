@@ -211,8 +211,13 @@ class Workload(_Strict):
         for metric, threshold in value.items():
             if metric not in METRICS:
                 raise ValueError(f"unknown metric {metric!r}; allowed: {', '.join(sorted(METRICS))}")
-            if not 0 < threshold < 1:
-                raise ValueError(f"threshold for {metric} must be a fraction between 0 and 1, e.g. 0.03")
+            limit = METRICS[metric].direction.threshold_limit
+            if not 0 < threshold < limit:
+                raise ValueError(
+                    f"threshold for {metric} must be a fraction between 0 and 1, e.g. 0.03"
+                    if limit == 1
+                    else f"threshold for {metric} must be above 0, e.g. 0.03 (+3%) or 2.0 (three times the baseline)"
+                )
         return value
 
 

@@ -14,6 +14,12 @@ class Direction(str, Enum):
     HIGHER_IS_BETTER = "higher"
     LOWER_IS_BETTER = "lower"
 
+    @property
+    def threshold_limit(self) -> float:
+        """Thresholds must stay below this: a rate can lose less than all of itself (0.5: half as
+        fast), a latency may grow without bound (2.0: three times the baseline)."""
+        return 1.0 if self is Direction.HIGHER_IS_BETTER else float("inf")
+
 
 class MetricOutcome(str, Enum):
     """One metric's verdict against its baseline."""
