@@ -4,7 +4,6 @@ per live-vs-preflight drift, and per (workload, concurrency) measurement."""
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ from sglperf.measure.samples import MeterError
 from sglperf.model.deployment import Deployment, DeploymentError, Variant, load
 from sglperf.model.measurement import MeasurementRecord
 from sglperf.model.verdict import Status, Verdict
-from sglperf.plugin.keys import LIVE_KEY, PREFLIGHT_KEY
+from sglperf.plugin.keys import LIVE_KEY, PREFLIGHT_KEY, xdist_worker
 from sglperf.runtime import server
 from sglperf.session import LiveSession, LiveSkip
 
@@ -217,6 +216,6 @@ def _append_verdict(config: pytest.Config, verdict: Verdict) -> None:
     """One JSON line per verdict; one file per pytest process, so xdist workers never interleave."""
     folder = config.stash[LIVE_KEY].options.results_dir
     folder.mkdir(parents=True, exist_ok=True)
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    worker = xdist_worker(config) or "main"
     with open(folder / f"verdicts-{worker}.jsonl", "a") as fh:
         fh.write(json.dumps(verdict.to_record(), sort_keys=True) + "\n")

@@ -13,3 +13,10 @@ PREFLIGHT_KEY = pytest.StashKey[PreflightSession]()
 LIVE_KEY = pytest.StashKey[LiveSession]()
 SIGTERM_KEY = pytest.StashKey[Any]()
 PROGRESS_KEY = pytest.StashKey[Progress]()
+
+
+def xdist_worker(config: pytest.Config) -> str | None:
+    """This process's xdist worker id (gw0, ...), or None: from xdist's own worker input, not the
+    PYTEST_XDIST_WORKER variable, which a pytest started inside a worker inherits."""
+    worker = getattr(config, "workerinput", {}).get("workerid")
+    return str(worker) if worker else None

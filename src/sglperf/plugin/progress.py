@@ -9,11 +9,12 @@ the controller's stderr), and appended to `<results>/progress.log`.
 from __future__ import annotations
 
 import datetime as _dt
-import os
 import sys
 from pathlib import Path
 
 import pytest
+
+from sglperf.plugin.keys import xdist_worker
 
 PREFIX = "[sglperf]"
 LOG_NAME = "progress.log"
@@ -23,7 +24,7 @@ class LiveProgress:
     def __init__(self, config: pytest.Config, results_dir: Path):
         self.config = config
         self.log_path = results_dir / LOG_NAME
-        self.worker = os.environ.get("PYTEST_XDIST_WORKER")
+        self.worker = xdist_worker(config)
 
     def __call__(self, message: str) -> None:
         line = f"{PREFIX} {message}" if self.worker is None else f"{PREFIX} [{self.worker}] {message}"
