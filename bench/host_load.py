@@ -10,8 +10,10 @@ shows, per condition:
 
 * the median ITL against the quiet rounds' median (what a neighbour would be blamed on SGLang for);
 * the median share of the machine's CPU the probe counted as taken by others;
-* how many rounds each of ``--limits`` would drop and run again (the default limit 0.10, and the
-  0.03 the tiny-cpu runner profiles set, for a CPU server this sensitive).
+* how many rounds each of ``--limits`` would drop and run again.
+
+``--bind all`` measures the server with SGLang's own OpenMP binding (every CPU), much more sensitive
+to a neighbour than the tiny-cpu deployments' binding to CPU 0.
 
 A quiet row's dropped share is the check's false alarms (a quiet round run again for nothing); the
 loaded rows' is its detection. Prints a markdown table headed by the command line.
@@ -40,6 +42,7 @@ from sglperf.testing.neighbours import foreign_spinners
 
 REPO = Path(__file__).resolve().parents[1]
 SGLANG_VERSION = "0.5.23"
+BIND_ENV = "SGLANG_CPU_OMP_THREADS_BIND"
 CPUS = os.cpu_count() or 1
 # (label, busy loops, share of the time each is busy)
 CONDITIONS = (
@@ -54,12 +57,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=20, help="rounds per condition")
     parser.add_argument("--limits", default=f"{DEFAULT_MAX_HOST_LOAD:g},0.03", help="max host loads to apply")
+    parser.add_argument(
+        "--bind", help=f"{BIND_ENV} for the server (default: the deployment's; 'all' is SGLang's own default)"
+    )
     args = parser.parse_args(argv)
     limits = [float(x) for x in args.limits.split(",")]
     python = str(envs.ensure_cpu_env(SGLANG_VERSION).python)
     cache = Path(os.environ.get("SGLPERF_HOME", Path.home() / ".cache" / "sglperf"))
     os.environ["SGLPERF_TINY_MODELS"] = str(tiny_models.ensure(python, cache / "tiny-models"))
     deployment = load(REPO / "deployments" / "tiny-cpu.toml")
+    if args.bind:
+        env = {**deployment.launch.env, BIND_ENV: args.bind}
+        deployment = deployment.model_copy(update={"launch": deployment.launch.model_copy(update={"env": env})})
     workload = next(w for w in deployment.workloads if w.id == "decode-chat")
     workload = workload.model_copy(update={"repeats": args.rounds})
     prompts = load_prompts(deployment.path.parent / workload.prompts)
@@ -96,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     command = " ".join(["python", "bench/host_load.py", *(argv if argv is not None else sys.argv[1:])])
     quiet_itl = statistics.median(rows[0][1])
     print(
-        f"`{command}` ({CPUS} CPUs; real SGLang {SGLANG_VERSION} CPU server, tiny Qwen3 plain, decode-chat: "
+        f"`{command}` ({CPUS} CPUs; real SGLang {SGLANG_VERSION} CPU server, tiny Qwen3 plain, "
+        f"{BIND_ENV}={deployment.launch.env.get(BIND_ENV, 'all')}, decode-chat: "
         f"{workload.max_prompts} prompts x {workload.output_len} tokens per round, {args.rounds} rounds per row)\n"
     )
     print(
