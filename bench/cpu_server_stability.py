@@ -16,7 +16,6 @@ call with a disturbed round (limit 0.03) is reported, not dropped. Prints a mark
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import math
 import os
 import statistics
@@ -24,64 +23,46 @@ import sys
 import tempfile
 from pathlib import Path
 
+import tiny_cpu
 from sglperf.measure.meter import HostGuard, measure
-from sglperf.measure.prompts import load_prompts
-from sglperf.model.deployment import load
 from sglperf.runtime.host_probe import HostProbe
-from sglperf.session import LiveOptions, LiveSession, PreflightSession
-from sglperf.sglang import envs
-from sglperf.testing import tiny_models
+from sglperf.sglang.envs import CPU_OMP_BIND_ENV
 
-REPO = Path(__file__).resolve().parents[1]
-SGLANG_VERSION = "0.5.23"
-BIND_ENV = "SGLANG_CPU_OMP_THREADS_BIND"
+DISTURBED_AT = 0.03  # stricter than the suite's default: a call with anything beside it shows here
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=20, help="measure() calls per binding")
-    parser.add_argument("--binds", default="all,0", help="SGLANG_CPU_OMP_THREADS_BIND values, comma-separated")
+    parser.add_argument("--binds", default="all,0", help=f"{CPU_OMP_BIND_ENV} values, comma-separated")
     args = parser.parse_args(argv)
-    python = str(envs.ensure_cpu_env(SGLANG_VERSION).python)
-    cache = Path(os.environ.get("SGLPERF_HOME", Path.home() / ".cache" / "sglperf"))
-    os.environ["SGLPERF_TINY_MODELS"] = str(tiny_models.ensure(python, cache / "tiny-models"))
-    base = load(REPO / "deployments" / "tiny-cpu.toml")
-    workload = next(w for w in base.workloads if w.id == "decode-chat").model_copy(update={"repeats": 4})
-    prompts = load_prompts(base.path.parent / workload.prompts)
-    prompts = dataclasses.replace(prompts, prompts=prompts.prompts[: workload.max_prompts])
-    progress = lambda message: print(f"  {message}", file=sys.stderr)  # noqa: E731
+    python, _ = tiny_cpu.set_up()
+    workload, prompts = tiny_cpu.decode_chat(tiny_cpu.deployment(), repeats=4)
     rows = []
     for bind in args.binds.split(","):
-        env = {**base.launch.env, BIND_ENV: bind}
-        deployment = base.model_copy(update={"launch": base.launch.model_copy(update={"env": env})})
-        with tempfile.TemporaryDirectory() as tmp:
-            preflight = PreflightSession(lambda: python, progress)
-            live = LiveSession(LiveOptions(results_dir=Path(tmp), root=REPO), preflight, progress)
-            try:
-                running = live.running(deployment, deployment.variant("plain"))
-                medians, disturbed = [], 0
-                for _ in range(args.calls):
-                    result = measure(
-                        running.server.base_url,
-                        workload,
-                        prompts,
-                        concurrency=1,
-                        host=HostGuard(HostProbe(), limit=math.inf),
-                    )
-                    medians.append(result.summary["itl_s"].median)
-                    disturbed += any(r.host is not None and r.host.disturbed(0.03) for r in result.rounds)
-                rows.append((bind, medians, disturbed))
-            finally:
-                live.close()
-                preflight.close()
+        deployment = tiny_cpu.deployment(bind)
+        with tempfile.TemporaryDirectory() as tmp, tiny_cpu.running(deployment, "plain", python, Path(tmp)) as running:
+            medians, disturbed = [], 0
+            for _ in range(args.calls):
+                result = measure(
+                    running.server.base_url,
+                    workload,
+                    prompts,
+                    concurrency=1,
+                    host=HostGuard(HostProbe(), limit=math.inf),
+                )
+                medians.append(result.summary["itl_s"].median)
+                disturbed += any(r.host is not None and r.host.disturbed(DISTURBED_AT) for r in result.rounds)
+            rows.append((bind, medians, disturbed))
 
     command = " ".join(["python", "bench/cpu_server_stability.py", *(argv if argv is not None else sys.argv[1:])])
     print(
-        f"`{command}` ({os.cpu_count()} CPUs; real SGLang {SGLANG_VERSION} CPU server, tiny Qwen3 plain, decode-chat: "
+        f"`{command}` ({os.cpu_count()} CPUs; real SGLang {tiny_cpu.SGLANG_VERSION} CPU server, tiny Qwen3 plain, "
+        "decode-chat: "
         f"{workload.max_prompts} prompts x {workload.output_len} tokens, {workload.repeats} rounds per call)\n"
     )
     print(
-        f"| {BIND_ENV} | median ITL | slowest call / median | fastest call / median | slowest / fastest call "
+        f"| {CPU_OMP_BIND_ENV} | median ITL | slowest call / median | fastest call / median | slowest / fastest call "
         "| calls with a disturbed round |"
     )
     print("|---|---:|---:|---:|---:|---:|")

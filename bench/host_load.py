@@ -22,7 +22,6 @@ loaded rows' is its detection. Prints a markdown table headed by the command lin
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import math
 import os
 import statistics
@@ -30,19 +29,13 @@ import sys
 import tempfile
 from pathlib import Path
 
+import tiny_cpu
 from sglperf.measure.meter import HostGuard, measure
-from sglperf.measure.prompts import load_prompts
-from sglperf.model.deployment import load
 from sglperf.model.host_load import DEFAULT_MAX_HOST_LOAD
 from sglperf.runtime.host_probe import HostProbe
-from sglperf.session import LiveOptions, LiveSession, PreflightSession
-from sglperf.sglang import envs
-from sglperf.testing import tiny_models
+from sglperf.sglang.envs import CPU_OMP_BIND_ENV
 from sglperf.testing.neighbours import foreign_spinners
 
-REPO = Path(__file__).resolve().parents[1]
-SGLANG_VERSION = "0.5.23"
-BIND_ENV = "SGLANG_CPU_OMP_THREADS_BIND"
 CPUS = os.cpu_count() or 1
 # (label, busy loops, share of the time each is busy)
 CONDITIONS = (
@@ -58,55 +51,39 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=20, help="rounds per condition")
     parser.add_argument("--limits", default=f"{DEFAULT_MAX_HOST_LOAD:g},0.03", help="max host loads to apply")
     parser.add_argument(
-        "--bind", help=f"{BIND_ENV} for the server (default: the deployment's; 'all' is SGLang's own default)"
+        "--bind", help=f"{CPU_OMP_BIND_ENV} for the server (default: the deployment's; 'all' is SGLang's own default)"
     )
     args = parser.parse_args(argv)
     limits = [float(x) for x in args.limits.split(",")]
-    python = str(envs.ensure_cpu_env(SGLANG_VERSION).python)
-    cache = Path(os.environ.get("SGLPERF_HOME", Path.home() / ".cache" / "sglperf"))
-    os.environ["SGLPERF_TINY_MODELS"] = str(tiny_models.ensure(python, cache / "tiny-models"))
-    deployment = load(REPO / "deployments" / "tiny-cpu.toml")
-    if args.bind:
-        env = {**deployment.launch.env, BIND_ENV: args.bind}
-        deployment = deployment.model_copy(update={"launch": deployment.launch.model_copy(update={"env": env})})
-    workload = next(w for w in deployment.workloads if w.id == "decode-chat")
-    workload = workload.model_copy(update={"repeats": args.rounds})
-    prompts = load_prompts(deployment.path.parent / workload.prompts)
-    prompts = dataclasses.replace(prompts, prompts=prompts.prompts[: workload.max_prompts])
-    progress = lambda message: print(f"  {message}", file=sys.stderr)  # noqa: E731
+    python, _ = tiny_cpu.set_up()
+    deployment = tiny_cpu.deployment(args.bind)
+    workload, prompts = tiny_cpu.decode_chat(deployment, args.rounds)
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        preflight = PreflightSession(lambda: python, progress)
-        live = LiveSession(LiveOptions(results_dir=Path(tmp), root=REPO), preflight, progress)
-        try:
-            running = live.running(deployment, deployment.variant("plain"))
-            for label, loops, duty in CONDITIONS:
-                with foreign_spinners(loops, duty):
-                    result = measure(
-                        running.server.base_url,
-                        workload,
-                        prompts,
-                        concurrency=1,
-                        host=HostGuard(HostProbe(), limit=math.inf),  # counted, never dropped
-                    )
-                # Per round, the median ITL of its requests; a request starved into a single chunk has none.
-                itl = [
-                    statistics.median(values)
-                    for r in result.rounds
-                    if (values := [s.itl_s for s in result.samples if s.repeat == r.round and s.itl_s is not None])
-                ]
-                loads = [r.host for r in result.rounds if r.host is not None]
-                rows.append((label, itl, loads))
-                progress(f"{label}: done")
-        finally:
-            live.close()
-            preflight.close()
+    with tempfile.TemporaryDirectory() as tmp, tiny_cpu.running(deployment, "plain", python, Path(tmp)) as running:
+        for label, loops, duty in CONDITIONS:
+            with foreign_spinners(loops, duty):
+                result = measure(
+                    running.server.base_url,
+                    workload,
+                    prompts,
+                    concurrency=1,
+                    host=HostGuard(HostProbe(), limit=math.inf),  # counted, never dropped
+                )
+            # Per round, the median ITL of its requests; a request starved into a single chunk has none.
+            itl = [
+                statistics.median(values)
+                for r in result.rounds
+                if (values := [s.itl_s for s in result.samples if s.repeat == r.round and s.itl_s is not None])
+            ]
+            loads = [r.host for r in result.rounds if r.host is not None]
+            rows.append((label, itl, loads))
+            tiny_cpu.progress(f"{label}: done")
 
     command = " ".join(["python", "bench/host_load.py", *(argv if argv is not None else sys.argv[1:])])
     quiet_itl = statistics.median(rows[0][1])
     print(
-        f"`{command}` ({CPUS} CPUs; real SGLang {SGLANG_VERSION} CPU server, tiny Qwen3 plain, "
-        f"{BIND_ENV}={deployment.launch.env.get(BIND_ENV, 'all')}, decode-chat: "
+        f"`{command}` ({CPUS} CPUs; real SGLang {tiny_cpu.SGLANG_VERSION} CPU server, tiny Qwen3 plain, "
+        f"{CPU_OMP_BIND_ENV}={deployment.launch.env.get(CPU_OMP_BIND_ENV, 'all')}, decode-chat: "
         f"{workload.max_prompts} prompts x {workload.output_len} tokens per round, {args.rounds} rounds per row)\n"
     )
     print(

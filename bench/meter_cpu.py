@@ -40,15 +40,14 @@ from pathlib import Path
 
 import numpy as np
 
+import tiny_cpu
 from sglperf.runtime import server
 from sglperf.sglang import envs
 from sglperf.sglang.intents import Speculative
-from sglperf.testing import tiny_models
 from sglperf.testing.emulator.config import CONFIG_ENV
 from sglperf.testing.emulator.timing import expected_accept_length
 
-REPO = Path(__file__).resolve().parents[1]
-SGLANG_VERSION = "0.5.23"
+SGLANG_VERSION = tiny_cpu.SGLANG_VERSION
 SPEC_STEPS, ACCEPT_PROB = 3, 0.7
 SPEC_ARGV = tuple(
     arg
@@ -223,24 +222,12 @@ def emulator(spec: bool, rate: float, tokenizer: Path, log_dir: Path) -> Iterato
 @contextmanager
 def real_cpu_server(variant: str, models: Path, python: str, results: Path) -> Iterator[Target]:
     """The tiny-cpu deployment's variant, launched the way the suite launches it (preflight included)."""
-    from sglperf.model.deployment import load
-    from sglperf.session import LiveOptions, LiveSession, PreflightSession
-
-    os.environ["SGLPERF_TINY_MODELS"] = str(models)
-    deployment = load(REPO / "deployments" / "tiny-cpu.toml")
-    progress = lambda message: print(f"  {message}", file=sys.stderr)  # noqa: E731
-    preflight = PreflightSession(lambda: python, progress)
-    live = LiveSession(LiveOptions(results_dir=results, root=REPO), preflight, progress)
-    try:
-        running = live.running(deployment, deployment.variant(variant))
+    with tiny_cpu.running(tiny_cpu.deployment(), variant, python, results) as running:
         yield Target(
             f"real SGLang {SGLANG_VERSION} CPU server, tiny Qwen3, {variant}",
             running.server.base_url,
             models / "tiny-qwen3",
         )
-    finally:
-        live.close()
-        preflight.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -261,9 +248,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--small and --large must be multiples of --concurrency (the meter runs whole rounds)")
     args.sglang_python = str(envs.ensure_env(SGLANG_VERSION).python)
     args.bench_serving_module = envs.bench_serving_module(args.sglang_python)
-    cache = Path(os.environ.get("SGLPERF_HOME", Path.home() / ".cache" / "sglperf"))
     cpu_python = str(envs.ensure_cpu_env(SGLANG_VERSION).python) if "real-cpu" in servers else None
-    models = tiny_models.ensure(cpu_python or args.sglang_python, cache / "tiny-models")
+    _, models = tiny_cpu.set_up(cpu_python or args.sglang_python)
 
     rows: list[Row] = []
     with tempfile.TemporaryDirectory() as logs:

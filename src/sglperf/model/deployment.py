@@ -275,6 +275,11 @@ class Deployment(_Strict):
         data: dict[str, Any] = json.loads(self.config_path.read_text())
         return data
 
+    def with_launch_env(self, env: dict[str, str]) -> Deployment:
+        """The same deployment with ``env`` over its launch environment (benches compare settings)."""
+        launch = self.launch.model_copy(update={"env": {**self.launch.env, **env}})
+        return self.model_copy(update={"launch": launch})
+
     def variant(self, variant_id: str) -> Variant:
         for v in self.variants:
             if v.id == variant_id:

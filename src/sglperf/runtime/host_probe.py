@@ -5,15 +5,15 @@ emulator), read per process from ``/proc/<pid>/stat`` (user, system and reaped c
 the machine's from ``/proc/stat`` (user, nice, system: interrupt time is left out, since the
 loopback traffic between meter and server is counted there and is ours). Foreign = the machine's
 minus ours. A process of ours that exits unreaped during the round loses its last moments to
-"foreign"; one reaped by a parent of ours is counted twice. Both are rare and small next to a
-busy neighbour.
+"foreign"; one reaped by a parent of ours brings its whole lifetime into the parent's children's
+times, so ours reads high. Both are rare and small next to a busy neighbour.
 
 Each counter is an integer number of clock ticks, truncated when read: the error of a difference
 is uniform in (-1, 1) tick, variance 1/6, so the summed rounding of k counters has a standard
 deviation of sqrt(k/6) ticks; two of those are the slack a round must exceed to be disturbed. Two,
 not more: a quiet round that rounding pushes over (about 2% of them) is only run again, while a
-disturbed round kept is blamed on SGLang, and on a 2-CPU box a neighbour with a quarter of the CPU
-slowed the tiny CPU server 2.6x (its OpenMP threads wait for each other).
+disturbed round kept is blamed on SGLang (on a 2-CPU box, with SGLang's default OpenMP binding, a
+neighbour with a quarter of the CPU slowed the tiny CPU server 2.7x: bench/host_load.py).
 """
 
 from __future__ import annotations

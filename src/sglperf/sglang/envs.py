@@ -288,6 +288,9 @@ CPU_RECIPE_VERSION = "1"
 # with AVX-512 and no AMX, 2026-12-01, with the CPU shim keeping SGLang on that path (cpu_shim.py).
 CPU_KERNEL_FLAGS = ("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512cd")
 CPU_SHIM = Path(__file__).with_name("cpu_shim.py")
+# SGLang's CPU backend binds its OpenMP threads to these CPUs ("0-3", "|" between ranks); unset or
+# "all": every CPU of the rank's NUMA node (sglang/srt/utils/numa_utils.py, init_threads_binding).
+CPU_OMP_BIND_ENV = "SGLANG_CPU_OMP_THREADS_BIND"
 CPU_SUFFIX = "-cpu"
 
 
