@@ -28,7 +28,7 @@ from sglperf.model.intent_names import DECODE_CUDA_GRAPH
 from sglperf.model.measurement import BaselineStatus
 from sglperf.model.verdict import Status
 from sglperf.runtime import shm_ledger
-from sglperf.runtime.server import SHARED_MEMORY_DIR
+from sglperf.runtime.shm_ledger import SHARED_MEMORY_DIR
 from sglperf.session import LiveOptions, LiveSession, PreflightSession
 from sglperf.session.live_session import CPU_NOTE, RunningVariant
 from sglperf.sglang import envs

@@ -9,13 +9,15 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
 
-from sglperf.runtime import server
+from sglperf.runtime import server, shm_ledger
 from sglperf.runtime.server import ServerSpec, ServerStartError, launch
+from sglperf.testing.emulator.console import READY_LINE
 
 ARGV = ("--model-path", "/nonexistent", "--tp-size", "2")
 
@@ -121,5 +123,83 @@ def test_server_dies_with_a_killed_parent(tmp_path: Path) -> None:
         while alive([child]) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not alive([child])
+    finally:
+        parent.kill()
+
+
+def _ledger_entries() -> list[shm_ledger.LedgerEntry]:
+    return [shm_ledger.read_entry(f) for f in shm_ledger.ledger_dir().glob("*.json")]
+
+
+def _emulator_buffers(pid: int) -> set[str]:
+    return {p for p in shm_ledger.mapped_files(pid) if "sglperf_emulator_buffer" in p}
+
+
+@pytest.fixture
+def own_ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A ledger of this test's own, and no emulator buffer left in /dev/shm whatever happens."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("SGLPERF_HOME", str(home))
+    before = set(os.listdir(shm_ledger.SHARED_MEMORY_DIR))
+    yield home
+    for name in set(os.listdir(shm_ledger.SHARED_MEMORY_DIR)) - before:
+        if name.startswith("sglperf_emulator_buffer"):
+            os.unlink(shm_ledger.SHARED_MEMORY_DIR + name)
+
+
+@pytest.mark.skipif(not os.path.isdir(shm_ledger.SHARED_MEMORY_DIR), reason="no /dev/shm here")
+def test_shared_memory_is_written_down_before_healthy_is_announced(tmp_path: Path, own_ledger: Path) -> None:
+    """What failed CI: pytest SIGKILLed as soon as "healthy after" was printed, before the ledger was
+    written, left SGLang's 270 MB buffer behind for good."""
+    seen_at_healthy: list[list[shm_ledger.LedgerEntry]] = []
+
+    def progress(message: str) -> None:
+        if "healthy after" in message:
+            seen_at_healthy.append(_ledger_entries())
+
+    s = launch(spec(tmp_path, startup_s=0.1, shared_memory_bytes=1 << 20), progress=progress)
+    try:
+        buffers = _emulator_buffers(s.proc.pid)
+        assert len(buffers) == 1
+        assert [[(e.pid, e.paths) for e in entries] for entries in seen_at_healthy] == [[(s.proc.pid, tuple(buffers))]]
+    finally:
+        s.stop()
+    assert not any(os.path.exists(p) for p in buffers) and _ledger_entries() == []
+
+
+@pytest.mark.skipif(not os.path.isdir(shm_ledger.SHARED_MEMORY_DIR), reason="no /dev/shm here")
+def test_shared_memory_of_a_server_killed_while_starting_is_swept(tmp_path: Path, own_ledger: Path) -> None:
+    """A CPU server takes 20 s to start; pytest killed then must not leave its buffer for good."""
+    script = tmp_path / "parent.py"
+    config = {"startup_s": 600, "never_healthy": True, "shared_memory_bytes": 1 << 20}
+    script.write_text(
+        textwrap.dedent(f"""
+        import json, sys
+        sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})
+        from pathlib import Path
+        from sglperf.runtime.server import ServerSpec, launch
+        launch(ServerSpec(name="starting", python=sys.executable, argv=("--model-path", "/x"),
+               log_path=Path({str(tmp_path / "s.log")!r}), emulated=True, startup_timeout_s=600,
+               env={{"SGLPERF_EMULATOR_CONFIG": json.dumps({config!r})}}))
+    """)
+    )
+    parent = subprocess.Popen([sys.executable, str(script)], env={**os.environ, "SGLPERF_HOME": str(own_ledger)})
+    try:
+        deadline = time.monotonic() + 30
+        while not (entries := _ledger_entries()) and time.monotonic() < deadline and parent.poll() is None:
+            time.sleep(0.2)
+        assert len(entries) == 1, f"no ledger entry within 30 s of start-up (parent exit {parent.poll()})"
+        (entry,) = entries
+        assert entry.name == "starting" and len(entry.paths) == 1 and os.path.exists(entry.paths[0])
+        assert READY_LINE not in (tmp_path / "s.log").read_text()  # still starting
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait()
+        deadline = time.monotonic() + 10
+        while entry.server_alive() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not entry.server_alive()
+        assert os.path.exists(entry.paths[0])  # nobody stopped it: the next launch's sweep must
+        assert shm_ledger.sweep() == list(entry.paths) and not os.path.exists(entry.paths[0])
+        assert _ledger_entries() == []
     finally:
         parent.kill()

@@ -27,13 +27,13 @@ import psutil
 
 from sglperf.model.progress import Progress, silent
 from sglperf.runtime import shm_ledger
-from sglperf.runtime.shm_ledger import SHARED_MEMORY_DIR
 from sglperf.sglang.flags import API_KEY_FLAG, HOST_FLAG, PORT_FLAG
 from sglperf.sglang.server_api import HEALTH_PATHS, LAUNCH_MODULE
 
 HOST = "127.0.0.1"
 PROGRESS_EVERY_S = 30.0
 POLL_S = 0.25
+LEDGER_EVERY_S = 2.0  # how often a starting server's /dev/shm files are written down (shm_ledger)
 # A string, not an import: production code never imports the test double.
 EMULATOR_MODULE = "sglperf.testing.emulator"
 
@@ -147,7 +147,7 @@ class Server:
     def wait_healthy(self, progress: Progress = silent) -> float:
         """Block until a health endpoint answers 200; returns the startup time in seconds."""
         deadline = self.started_at + self.spec.startup_timeout_s
-        last_progress = self.started_at
+        last_progress = last_ledger = self.started_at
         paths = list(HEALTH_PATHS)
         last_answer = "nothing answered yet"
         with httpx.Client(timeout=10.0, headers=self.headers) as client:
@@ -165,12 +165,16 @@ class Server:
                     if response.status_code == 404 and len(paths) > 1:
                         paths.pop(0)  # releases without /health_generate
                     elif response.status_code == 200:
+                        self.write_down_shared_memory()  # before anyone hears "healthy" and may kill us
                         return time.monotonic() - self.started_at
                     last_answer = f"{paths[0]} last answered {_describe_response(response)}"
                 except httpx.HTTPError as exc:  # not listening yet, or no answer in time
                     if last_answer.startswith("nothing answered"):
                         last_answer = f"nothing answered yet ({type(exc).__name__}: {exc})"[:300]
                 now = time.monotonic()
+                if now - last_ledger >= LEDGER_EVERY_S:
+                    self.write_down_shared_memory()
+                    last_ledger = now
                 if now > deadline:
                     self.stop()
                     raise ServerStartError(
@@ -194,8 +198,12 @@ class Server:
             return []
 
     def write_down_shared_memory(self) -> None:
-        """What the server maps in /dev/shm, in the ledger, in case this process is killed before stop()."""
-        self._ledger = shm_ledger.record(self.proc.pid, self.spec.name, _shared_memory_files(_tree(self.proc.pid)))
+        """What the server maps in /dev/shm, in the ledger, in case this process is killed before stop();
+        rewritten only when the server maps something it had not."""
+        known = set(self._ledger.paths) if self._ledger else set()
+        mapped = _shared_memory_files(_tree(self.proc.pid))
+        if not mapped <= known:
+            self._ledger = shm_ledger.record(self.proc.pid, self.spec.name, mapped | known) or self._ledger
 
     def stop(self, grace_s: float = 15.0) -> StopReport:
         """SIGTERM the whole tree, SIGKILL what is left after ``grace_s``; idempotent."""
@@ -250,8 +258,7 @@ def _shared_memory_files(procs: Sequence[psutil.Process]) -> set[str]:
     starve the next servers ("Loaded weights leave no ... memory for the KV cache")."""
     found: set[str] = set()
     for p in procs:
-        with contextlib.suppress(psutil.Error, OSError):
-            found |= {m.path for m in p.memory_maps() if m.path.startswith(SHARED_MEMORY_DIR)}
+        found |= shm_ledger.mapped_files(p.pid)
     return found
 
 
@@ -287,13 +294,12 @@ def launch(spec: ServerSpec, cuda_visible_devices: str | None = None, progress: 
     """Start a server and wait for it to become healthy (or raise ServerStartError).
 
     First, shared memory that servers killed with an earlier run left is removed (`shm_ledger`);
-    once healthy, what this one maps there is written down for the same reason."""
+    what this one maps there is written down as it starts, for the same reason."""
     shm_ledger.sweep(progress)
     server = Server(spec, cuda_visible_devices)
     progress(f"{spec.name}: starting {' '.join(server.command)} (log {spec.log_path})")
     seconds = server.wait_healthy(progress)
     progress(f"{spec.name}: healthy after {seconds:.1f} s at {server.base_url}")
-    server.write_down_shared_memory()
     return server
 
 

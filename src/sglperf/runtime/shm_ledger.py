@@ -5,8 +5,10 @@ never unlinks it; `server.Server.stop` removes what the server mapped. A SIGKILL
 that stop (its servers die with it, through PR_SET_PDEATHSIG), and on RAM-backed /dev/shm the files
 pile up run after run: eight of them, 2.1 GB, were found on this project's CI machine.
 
-So once a server is healthy, the files it maps are written down in a ledger entry (one JSON file
-per server under ``<sglperf home>/shared-memory/``), removed again when it stops. Before each launch
+So the files a server maps are written down in a ledger entry (one JSON file per server under
+``<sglperf home>/shared-memory/``) while it starts, and completed before it is announced healthy: a
+kill during the 20 s of a CPU server's start-up, or right after "healthy", must not escape it. The
+entry is removed again when the server stops. Before each launch
 the ledger is swept: an entry whose server is gone has its files removed, but only files that are
 still in /dev/shm and that no running process maps (a new server on the same port would reuse the
 name). An entry that cannot be read is left alone and named: nothing is deleted on a guess.
@@ -86,13 +88,29 @@ def read_entry(file: Path) -> LedgerEntry:
     return LedgerEntry(int(data["pid"]), float(data["create_time"]), str(data["name"]), tuple(paths))
 
 
+def mapped_files(pid: int) -> set[str]:
+    """Files directly in /dev/shm that process ``pid`` maps; empty when it is gone.
+
+    Read from /proc/<pid>/maps, not psutil's ``memory_maps`` (smaps): the server's start-up is polled
+    with this, and smaps makes the kernel count pages for every mapping of a torch process."""
+    try:
+        text = Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return set()
+    found = set()
+    for line in text.splitlines():
+        fields = line.split(maxsplit=5)
+        if len(fields) == 6 and in_shared_memory(fields[5]) and not fields[5].endswith(" (deleted)"):
+            found.add(fields[5])
+    return found
+
+
 def _mapped_by_someone(paths: set[str]) -> set[str]:
     """Which of ``paths`` some running process maps (or has open)."""
     found: set[str] = set()
     for proc in psutil.process_iter():
         with contextlib.suppress(psutil.Error, OSError):
-            maps = Path(f"/proc/{proc.pid}/maps").read_text()
-            found |= {p for p in paths if p in maps}
+            found |= mapped_files(proc.pid) & paths
             found |= {f.path for f in proc.open_files() if f.path in paths}
     return found
 

@@ -53,6 +53,9 @@ class EmulatorConfig:
     decode_slowdown: float = 1.0  # multiplier on step time, for regression scenarios
     stream_interval: int = 1  # decode steps per streamed chunk
     eos_after_tokens: int | None = None  # without ignore_eos, stop ("stop" finish) after this many
+    # > 0: at weight loading, map a file of this many bytes in /dev/shm and never unlink it, as
+    # SGLang's CPU backend does with its allreduce buffer (what runtime/shm_ledger cleans up after).
+    shared_memory_bytes: int = 0
     # Faults (acted on in faults.py).
     never_healthy: bool = False
     exit_during_startup: int | None = None  # exit code, after startup_s / 2, never healthy
@@ -70,6 +73,8 @@ class EmulatorConfig:
             raise ConfigError(f"accept_prob must be within [0, 1], got {self.accept_prob}")
         if self.decode_step_s <= 0 or self.decode_slowdown <= 0:
             raise ConfigError("decode_step_s and decode_slowdown must be > 0")
+        if self.shared_memory_bytes < 0:
+            raise ConfigError(f"shared_memory_bytes must be >= 0, got {self.shared_memory_bytes}")
         if self.stream_interval < 1:
             raise ConfigError(f"stream_interval must be >= 1, got {self.stream_interval}")
         code = self.exit_during_startup

@@ -14,6 +14,7 @@ This module is the process: the HTTP server and its per-endpoint handlers, start
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import signal
 import sys
@@ -262,6 +263,8 @@ def _start_up(state: EmulatorState) -> None:
     t0 = time.perf_counter()
     avail = GPU_MEM_GB - 1.0
     log(f"Load weight begin. avail mem={avail:.2f} GB", rank=True)
+    if cfg.shared_memory_bytes:
+        state.shared_memory = _map_shared_memory(cfg.shared_memory_bytes, state.launch.port)
     sleep_until(t0 + cfg.startup_s / 2)
     exit_if_startup_fails(cfg)
     arch = (state.architectures or ["unknown"])[0]
@@ -292,6 +295,18 @@ def _start_up(state: EmulatorState) -> None:
         return  # a hung warmup logs nothing more
     state.ready.set()
     log(READY_LINE)
+
+
+def _map_shared_memory(size: int, port: int) -> mmap.mmap:
+    """A file in /dev/shm, mapped for the process's life and never unlinked: SGLang's CPU backend
+    names its buffer after host and port the same way and leaves it behind."""
+    path = f"/dev/shm/sglperf_emulator_buffer_127.0.0.1_{port}_{os.getpid()}"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        os.ftruncate(fd, size)
+        return mmap.mmap(fd, size)
+    finally:
+        os.close(fd)
 
 
 class _Shutdown(BaseException):

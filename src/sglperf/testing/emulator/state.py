@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import mmap
 import threading
 import time
 import uuid
@@ -99,6 +100,7 @@ class EmulatorState:
     architectures: list[str] | None = field(init=False)
     model_name: str = field(init=False)
     started: float = field(default_factory=time.time)
+    shared_memory: mmap.mmap | None = None  # config.shared_memory_bytes, kept mapped until exit
 
     def __post_init__(self) -> None:
         self.spec_steps = speculative_steps(self.effective)
