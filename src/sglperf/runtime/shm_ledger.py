@@ -8,10 +8,10 @@ pile up run after run: eight of them, 2.1 GB, were found on this project's CI ma
 So the files a server maps are written down in a ledger entry (one JSON file per server under
 ``<sglperf home>/shared-memory/``) while it starts, and completed before it is announced healthy: a
 kill during the 20 s of a CPU server's start-up, or right after "healthy", must not escape it. The
-entry is removed again when the server stops. Before each launch
-the ledger is swept: an entry whose server is gone has its files removed, but only files that are
-still in /dev/shm and that no running process maps (a new server on the same port would reuse the
-name). An entry that cannot be read is left alone and named: nothing is deleted on a guess.
+entry is removed again when the server stops. Before each launch the ledger is swept: an entry whose
+server is gone has its files removed, but only files that are still in /dev/shm and that no running
+process maps (a new server on the same port would reuse the name). An entry that cannot be read is
+left alone and named: nothing is deleted on a guess.
 """
 
 from __future__ import annotations
