@@ -17,6 +17,7 @@ from sglperf.model.deployment import Deployment, DeploymentError, discover
 from sglperf.reporting import markdown
 from sglperf.reporting.console import verdict_json, verdict_table
 from sglperf.reporting.run_results import history_dirs
+from sglperf.runtime import shm_ledger
 from sglperf.sglang import envs
 from sglperf.sglang.intents import ParserInfo
 
@@ -166,6 +167,26 @@ def cmd_env(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_shm(args: argparse.Namespace) -> int:
+    """The shared-memory ledger: what servers map in /dev/shm, and the sweep that every launch runs."""
+    if args.action == "sweep":
+        removed = shm_ledger.sweep(_say)
+        _say(f"{len(removed)} file(s) removed from {shm_ledger.SHARED_MEMORY_DIR}")
+        return 0
+    for file in shm_ledger.entry_files():
+        try:
+            entry = shm_ledger.read_entry(file)
+        except shm_ledger.LedgerError as exc:
+            print(exc)
+            continue
+        state = "running" if entry.server_alive() else "gone: `sglperf shm sweep` removes its files"
+        print(f"{entry.name} (pid {entry.pid}, {state})")
+        for path in entry.paths:
+            size = f"{os.path.getsize(path) / 2**20:.0f} MiB" if os.path.exists(path) else "already removed"
+            print(f"  {path} ({size})")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sglperf", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -206,9 +227,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--cpu",
         action="store_true",
-        help="the environment that serves on this CPU (SGLang's CPU kernel; needs AVX-512 and AMX)",
+        help="the environment that serves on this CPU (SGLang's CPU kernel; needs AVX-512)",
     )
     p.set_defaults(func=cmd_env)
+
+    p = sub.add_parser(
+        "shm",
+        help="/dev/shm files of servers sglperf started: list them, or remove those of servers that are gone "
+        "(a killed pytest leaves them; each launch sweeps too)",
+    )
+    p.add_argument("action", choices=["list", "sweep"])
+    p.set_defaults(func=cmd_shm)
     return parser
 
 

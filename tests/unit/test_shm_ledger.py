@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from sglperf import cli
 from sglperf.runtime import shm_ledger
 
 pytestmark = pytest.mark.skipif(not os.path.isdir(shm_ledger.SHARED_MEMORY_DIR), reason="no /dev/shm here")
@@ -113,3 +114,25 @@ def test_only_files_directly_in_dev_shm_are_written_down(shm_file: str) -> None:
 )
 def test_only_a_file_directly_in_dev_shm_may_ever_be_removed(path: str, admitted: bool) -> None:
     assert shm_ledger.in_shared_memory(path) is admitted
+
+
+def test_the_command_lists_the_ledger_then_sweeps_it(shm_file: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """`sglperf shm`: for a machine that will not launch a server again (no sweep at the next launch)."""
+    entry = _dead_server({shm_file})
+    bad = shm_ledger.ledger_dir() / "1-2.json"
+    bad.write_text("{")
+    assert cli.main(["shm", "list"]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert listed == [
+        f"shared-memory ledger {bad}: unreadable (Expecting property name enclosed in double quotes: line 1 "
+        "column 2 (char 1)); left as it is, remove it by hand",
+        f"tiny-cpu-plain (pid {entry.pid}, gone: `sglperf shm sweep` removes its files)",
+        f"  {shm_file} (0 MiB)",
+    ]
+    assert os.path.exists(shm_file)  # listing removes nothing
+    assert cli.main(["shm", "sweep"]) == 0
+    said = capsys.readouterr().err
+    assert f"removed {shm_file}" in said and "1 file(s) removed from /dev/shm/" in said
+    assert not os.path.exists(shm_file) and not entry.file.exists() and bad.is_file()
+    assert cli.main(["shm", "list"]) == 0
+    assert capsys.readouterr().out.splitlines() == [listed[0]]

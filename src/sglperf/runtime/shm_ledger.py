@@ -80,12 +80,25 @@ def forget(entry: LedgerEntry | None) -> None:
             entry.file.unlink()
 
 
+class LedgerError(ValueError):
+    """A ledger entry that cannot be read; its message names the file and says what to do."""
+
+
 def read_entry(file: Path) -> LedgerEntry:
-    data = json.loads(file.read_text())
-    paths = data["paths"]
-    if not isinstance(paths, list) or not all(isinstance(p, str) and in_shared_memory(p) for p in paths):
-        raise ValueError("paths: expected a list of files directly in /dev/shm")
-    return LedgerEntry(int(data["pid"]), float(data["create_time"]), str(data["name"]), tuple(paths))
+    try:
+        data = json.loads(file.read_text())
+        paths = data["paths"]
+        if not isinstance(paths, list) or not all(isinstance(p, str) and in_shared_memory(p) for p in paths):
+            raise ValueError("paths: expected a list of files directly in /dev/shm")
+        return LedgerEntry(int(data["pid"]), float(data["create_time"]), str(data["name"]), tuple(paths))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise LedgerError(f"shared-memory ledger {file}: unreadable ({exc}); left as it is, remove it by hand") from exc
+
+
+def entry_files() -> list[Path]:
+    """The ledger's entries, oldest name first; none when there is no ledger yet."""
+    folder = ledger_dir()
+    return sorted(folder.glob("*.json")) if folder.is_dir() else []
 
 
 def mapped_files(pid: int) -> set[str]:
@@ -117,15 +130,12 @@ def _mapped_by_someone(paths: set[str]) -> set[str]:
 
 def sweep(progress: Progress = silent) -> list[str]:
     """Remove what servers that are gone left in /dev/shm; returns the files removed."""
-    folder = ledger_dir()
-    if not folder.is_dir():
-        return []
     removed: list[str] = []
-    for file in sorted(folder.glob("*.json")):
+    for file in entry_files():
         try:
             entry = read_entry(file)
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            progress(f"shared-memory ledger {file}: unreadable ({exc}); left as it is, remove it by hand")
+        except LedgerError as exc:
+            progress(str(exc))
             continue
         if entry.server_alive():
             continue
