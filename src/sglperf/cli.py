@@ -173,7 +173,10 @@ def cmd_shm(args: argparse.Namespace) -> int:
         removed = shm_ledger.sweep(_say)
         _say(f"{len(removed)} file(s) removed from {shm_ledger.SHARED_MEMORY_DIR}")
         return 0
-    for file in shm_ledger.entry_files():
+    files = shm_ledger.entry_files()
+    if not files:
+        _say(f"no server's shared memory is written down in {shm_ledger.ledger_dir()}")
+    for file in files:
         try:
             entry = shm_ledger.read_entry(file)
         except shm_ledger.LedgerError as exc:

@@ -136,3 +136,6 @@ def test_the_command_lists_the_ledger_then_sweeps_it(shm_file: str, capsys: pyte
     assert not os.path.exists(shm_file) and not entry.file.exists() and bad.is_file()
     assert cli.main(["shm", "list"]) == 0
     assert capsys.readouterr().out.splitlines() == [listed[0]]
+    bad.unlink()
+    assert cli.main(["shm", "list"]) == 0
+    assert capsys.readouterr().err.startswith("no server's shared memory is written down in ")
