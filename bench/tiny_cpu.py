@@ -21,7 +21,6 @@ from sglperf.testing import tiny_models
 
 REPO = Path(__file__).resolve().parents[1]
 SGLANG_VERSION = "0.5.23"
-TINY_MODELS_ENV = "SGLPERF_TINY_MODELS"
 
 
 def progress(message: str) -> None:
@@ -32,8 +31,8 @@ def set_up(python: str | None = None) -> tuple[str, Path]:
     """(the SGLang CPU environment's interpreter, the tiny models' folder), built on first use; the
     deployments find the models through $SGLPERF_TINY_MODELS, set here."""
     python = python or str(envs.ensure_cpu_env(SGLANG_VERSION).python)
-    models = tiny_models.ensure(python, envs.home() / "tiny-models")
-    os.environ[TINY_MODELS_ENV] = str(models)
+    models = tiny_models.ensure(python, tiny_models.default_cache())
+    os.environ[tiny_models.TINY_MODELS_ENV] = str(models)
     return python, models
 
 

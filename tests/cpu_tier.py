@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 TINY_CPU = ROOT / "deployments" / "tiny-cpu.toml"
 TINY_CPU_MTP = ROOT / "deployments" / "tiny-cpu-mtp.toml"
 SGLANG_VERSION = "0.5.23"  # the release the CPU kernel in ../shared/sglang-cpu is patched for
-TINY_MODELS_ENV = "SGLPERF_TINY_MODELS"
+TINY_MODELS_ENV = tiny_models.TINY_MODELS_ENV
 MARKER_ENV = "SGLPERF_TEST_MARKER"
 
 
@@ -32,7 +32,7 @@ def _setup() -> tuple[str, str] | str:
         python = str(envs.ensure_cpu_env(SGLANG_VERSION, lambda m: print(m, file=sys.stderr)).python)
     except envs.EnvBuildError as exc:
         return f"no SGLang CPU environment: {exc}"
-    models = tiny_models.ensure(python, envs.home() / "tiny-models")
+    models = tiny_models.ensure(python, tiny_models.default_cache())
     return python, str(models)
 
 

@@ -244,4 +244,4 @@ def test_no_process_left_when_pytest_is_interrupted(tmp_path: Path, how: str) ->
 
 
 def _ledger_entries() -> list[shm_ledger.LedgerEntry]:
-    return [shm_ledger.read_entry(f) for f in shm_ledger.ledger_dir().glob("*.json")]
+    return [shm_ledger.read_entry(f) for f in shm_ledger.entry_files()]

@@ -128,7 +128,7 @@ def test_server_dies_with_a_killed_parent(tmp_path: Path) -> None:
 
 
 def _ledger_entries() -> list[shm_ledger.LedgerEntry]:
-    return [shm_ledger.read_entry(f) for f in shm_ledger.ledger_dir().glob("*.json")]
+    return [shm_ledger.read_entry(f) for f in shm_ledger.entry_files()]
 
 
 def _emulator_buffers(pid: int) -> set[str]:

@@ -367,6 +367,17 @@ def write(root: Path, kinds: tuple[str, ...] = KINDS) -> list[Path]:
     return written
 
 
+# The deployments' served_path names the models' folder through this variable ("${SGLPERF_TINY_MODELS}/tiny-qwen3").
+TINY_MODELS_ENV = "SGLPERF_TINY_MODELS"
+
+
+def default_cache() -> Path:
+    """Where the tests, the benches and ci/cpu-env.sh keep the tiny models."""
+    from sglperf.sglang import envs  # not at the top: this file also runs inside SGLang's environment
+
+    return envs.home() / "tiny-models"
+
+
 def ensure(python: str, cache: Path) -> Path:
     """The folder holding every tiny model, written once per version of this file under ``cache`` by
     ``python`` (an interpreter with tokenizers and transformers, e.g. a managed SGLang environment)."""
