@@ -28,11 +28,13 @@ from sglperf.model.intent_names import DECODE_CUDA_GRAPH
 from sglperf.model.measurement import BaselineStatus
 from sglperf.model.verdict import Status
 from sglperf.runtime import shm_ledger
+from sglperf.runtime.provenance import effective_digest
 from sglperf.runtime.shm_ledger import SHARED_MEMORY_DIR
 from sglperf.session import LiveOptions, LiveSession, PreflightSession
 from sglperf.session.live_session import CPU_NOTE, RunningVariant
 from sglperf.sglang import envs
 from sglperf.sglang.cpu_shim import AMX_NOTE
+from sglperf.sglang.server_api import LAUNCH_SPECIFIC_FIELDS
 from sglperf.testing.neighbours import foreign_spinners
 
 from .cpu_tier import (
@@ -165,6 +167,18 @@ def test_baseline_recorded_then_compared_as_cpu_numbers(plain: Plain) -> None:
     assert recorded.host is not None and compared.host is not None  # counted, whatever this box is doing
     # On a CPU without AMX the effective args still say intel_amx: the shim's doing, and every record says so.
     assert (AMX_NOTE in compared.notes) == ("amx_tile" not in envs.cpu_flags()), compared.notes
+
+
+def test_a_second_start_has_the_same_effective_args_digest(plain: Plain, tmp_path: Path) -> None:
+    """Otherwise every comparison says "effective server args changed since the baseline" for nothing
+    (0.5.23's /server_info carries start-up timings and a KV pool sized from free memory)."""
+    second = LiveSession(LiveOptions(results_dir=tmp_path / "results", root=ROOT), plain.preflight, print)
+    try:
+        first, again = plain.running.facts.effective, second.running(plain.deployment, plain.variant).facts.effective
+    finally:
+        second.close()
+    differing = sorted(k for k in {*first, *again} - LAUNCH_SPECIFIC_FIELDS if first.get(k) != again.get(k))
+    assert effective_digest(first) == effective_digest(again), f"fields differing between two starts: {differing}"
 
 
 def test_a_busy_neighbour_is_named_not_blamed_on_sglang(plain: Plain) -> None:

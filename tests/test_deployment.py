@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from sglperf.model.deployment import DeploymentError, discover, load
+from sglperf.model.deployment import DeploymentError, Workload, discover, load
 from sglperf.sglang.intents import SPECULATIVE
 
-from .conftest import QWEN36
+from .conftest import QWEN36, ROOT
 
 
 def test_shipped_qwen36_loads_with_required_variants() -> None:
@@ -59,6 +59,10 @@ BAD_FILES = {
     "unknown metric threshold": (
         {"thresholds = { ttft_s = 0.05 }": "thresholds = { tok_s = 0.05 }"},
         "workloads[2].thresholds: unknown metric 'tok_s'; allowed: accept_length",
+    ),
+    "unknown metric in the runner's thresholds": (
+        {"sm_count = 84\n": "sm_count = 84\nthresholds = { tok_s = 0.5 }\n"},
+        "runner.thresholds: unknown metric 'tok_s'; allowed: accept_length",
     ),
     "missing prompt set": (
         {'prompts = "../data/prompts/code.jsonl"': 'prompts = "../data/prompts/nope.jsonl"'},
@@ -118,3 +122,13 @@ def test_discover_reads_folders_and_reports_empty(deployment_dir: Path) -> None:
     assert [d.key for d in discover([deployment_dir / "deployments"])] == ["qwen36"]
     with pytest.raises(DeploymentError, match="no deployment files"):
         discover([deployment_dir / "models"])
+
+
+def test_thresholds_for_a_workload_are_its_own_over_the_runners() -> None:
+    tiny = load(ROOT / "deployments" / "tiny-cpu.toml")
+    floors = tiny.runner.thresholds
+    assert floors["decode_tok_s"] == 0.7  # the CPU tier's measured noise, for users' workloads too
+    user = Workload(id="mine", prompts="../data/prompts/chat.jsonl", thresholds={"ttft_s": 0.2})
+    assert tiny.thresholds_for(user) == {**floors, "ttft_s": 0.2}
+    assert all(tiny.thresholds_for(w) == floors for w in tiny.workloads)
+    assert load(QWEN36).thresholds_for(user) == {"ttft_s": 0.2}

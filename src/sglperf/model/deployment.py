@@ -45,6 +45,20 @@ class Model(_Strict):
     config: FilePath = Field(description="config.json used by preflight, relative to the deployment file")
 
 
+def _check_thresholds(value: dict[str, float]) -> dict[str, float]:
+    for metric, threshold in value.items():
+        if metric not in METRICS:
+            raise ValueError(f"unknown metric {metric!r}; allowed: {', '.join(sorted(METRICS))}")
+        limit = METRICS[metric].direction.threshold_limit
+        if not 0 < threshold < limit:
+            raise ValueError(
+                f"threshold for {metric} must be a fraction between 0 and 1, e.g. 0.03"
+                if limit == 1
+                else f"threshold for {metric} must be above 0, e.g. 0.03 (+3%) or 2.0 (three times the baseline)"
+            )
+    return value
+
+
 GPU_PROFILE_FIELDS = ("gpu_count", "gpu_name", "compute_capability", "memory_gib")
 
 
@@ -65,6 +79,15 @@ class RunnerProfile(_Strict):
     # Share of this machine's CPU other processes may take during a measured round before it is run
     # again (sglperf.model.host_load); default DEFAULT_MAX_HOST_LOAD, --max-host-load overrides.
     max_host_load: float | None = Field(default=None, gt=0, le=1)
+    # Regression floors for every workload measured on this runner, its users' own included (a
+    # workload's own thresholds win): how far timings move between two unchanged runs is the
+    # machine's property, not the workload's.
+    thresholds: dict[str, float] = Field(default_factory=dict, description="relative regression floors per metric")
+
+    @field_validator("thresholds")
+    @classmethod
+    def _known_metrics(cls, value: dict[str, float]) -> dict[str, float]:
+        return _check_thresholds(value)
 
     @model_validator(mode="before")
     @classmethod
@@ -100,7 +123,7 @@ class RunnerProfile(_Strict):
         return self.device == "cpu"
 
     def as_probe_profile(self) -> dict[str, Any]:
-        return self.model_dump(exclude_none=True, exclude={"memory_bandwidth_gbs", "max_host_load"})
+        return self.model_dump(exclude_none=True, exclude={"memory_bandwidth_gbs", "max_host_load", "thresholds"})
 
 
 class Speculative(_Strict):
@@ -207,18 +230,7 @@ class Workload(_Strict):
     @field_validator("thresholds")
     @classmethod
     def _known_metrics(cls, value: dict[str, float]) -> dict[str, float]:
-
-        for metric, threshold in value.items():
-            if metric not in METRICS:
-                raise ValueError(f"unknown metric {metric!r}; allowed: {', '.join(sorted(METRICS))}")
-            limit = METRICS[metric].direction.threshold_limit
-            if not 0 < threshold < limit:
-                raise ValueError(
-                    f"threshold for {metric} must be a fraction between 0 and 1, e.g. 0.03"
-                    if limit == 1
-                    else f"threshold for {metric} must be above 0, e.g. 0.03 (+3%) or 2.0 (three times the baseline)"
-                )
-        return value
+        return _check_thresholds(value)
 
 
 class Deployment(_Strict):
@@ -293,6 +305,10 @@ class Deployment(_Strict):
         override = variant.speculative.model_dump(exclude_none=True)
         merged = {**(base.model_dump() if base else {}), **override}
         return Speculative(**merged)
+
+    def thresholds_for(self, workload: Workload) -> dict[str, float]:
+        """Regression floors for a workload: its own over the runner's (the defaults fill the rest)."""
+        return {**self.runner.thresholds, **workload.thresholds}
 
     def expectations_for(self, variant: Variant) -> dict[str, Any]:
         """Every intent this variant is checked on: shared, then variant, then what it requests."""

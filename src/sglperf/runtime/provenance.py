@@ -19,8 +19,9 @@ from sglperf.sglang.flags import LOAD_FORMAT_FLAG
 from sglperf.sglang.server_api import LAUNCH_SPECIFIC_FIELDS
 
 
-def effective_digest(effective: Mapping[str, Any], ignore: Sequence[str] = ()) -> str:
-    data = {k: v for k, v in effective.items() if k not in ignore}
+def effective_digest(effective: Mapping[str, Any]) -> str:
+    """What SGLang decided, as 16 hex digits: equal for two starts of one variant on one build."""
+    data = {k: v for k, v in effective.items() if k not in LAUNCH_SPECIFIC_FIELDS}
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -81,7 +82,7 @@ def provenance(
         harness_version=_harness_version(),
         git_commit=_git_commit(str(root)),
         date=_dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat(),
-        effective_args_digest=effective_digest(facts.effective, sorted(LAUNCH_SPECIFIC_FIELDS)),
+        effective_args_digest=effective_digest(facts.effective),
         launch_command=launch_command,
         dummy_weights=uses_dummy_weights(argv),
     )

@@ -382,11 +382,12 @@ class LiveSession:
         elif self.options.update_baselines:
             why = "recording a baseline: the full budget"
         reasons: list[str] = []
+        thresholds = deployment.thresholds_for(workload)
 
         def on_round(partial: WorkloadResult) -> bool:
             assert plan is not None and stored is not None
             current = regression.round_samples(partial)
-            decision = plan.decide_all(stored.samples, current, workload.thresholds, skip)
+            decision = plan.decide_all(stored.samples, current, thresholds, skip)
             reasons[:] = [decision.reason]
             if decision.stop:
                 self.progress(f"{key}: stopping after {decision.rounds} rounds: {decision.reason}")
@@ -431,7 +432,7 @@ class LiveSession:
                 path,
                 prov,
                 entry,
-                workload.thresholds,
+                thresholds,
                 missing=self.options.baseline_missing,
                 mismatch=self.options.baseline_mismatch,
                 record_command=record_command,

@@ -16,8 +16,11 @@ FLUSH_CACHE_PATH = "/flush_cache"
 MODELS_PATH = "/v1/models"
 GENERATE_PATHS = {"native": "/generate", "openai-chat": "/v1/chat/completions", "openai-completions": "/v1/completions"}
 
-# /server_info keys that are not server args (the emulator adds the last ones about itself).
-NOT_ARGS = frozenset({"version", "internal_states", "emulated", "effective_source", "flush_count", "emulator_config"})
+# /server_info keys that are not server args: SGLang's version, live state and (0.5.23) how long each
+# start-up phase took; the emulator adds the last ones about itself.
+NOT_ARGS = frozenset(
+    {"version", "internal_states", "startup_time", "emulated", "effective_source", "flush_count", "emulator_config"}
+)
 # Server args that differ between two launches of the same variant and say nothing about what
 # SGLang decided: ignored when comparing live args with the preflight and in effective-args digests.
 LAUNCH_SPECIFIC_FIELDS = frozenset(
@@ -37,5 +40,9 @@ LAUNCH_SPECIFIC_FIELDS = frozenset(
         "mem_fraction_static",
         "max_total_tokens",
         "load_format",
+        # The scheduler's KV pool and the longest input it admits, sized from the memory free at start:
+        # two starts of one build on the CPU server differed by 439 of 1,045,353 tokens.
+        "max_total_num_tokens",
+        "max_req_input_len",
     }
 )
