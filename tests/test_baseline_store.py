@@ -101,6 +101,14 @@ def test_identity_and_context() -> None:
         "effective server args changed since the baseline",
         "prompt set changed since the baseline",
     ]
+    # The KV pool: noted beyond 5%, not for the few hundred tokens two starts differ by.
+    pooled = stored.model_copy(update={"provenance": _prov(kv_pool_tokens=1_045_353)})
+    entry = stored.entries["decode-chat@c1"]
+    assert store.context_notes(pooled, entry, _prov(kv_pool_tokens=1_044_914), entry.prompt_digest) == []
+    assert store.context_notes(pooled, entry, _prov(kv_pool_tokens=None), entry.prompt_digest) == []
+    assert store.context_notes(pooled, entry, _prov(kv_pool_tokens=812_000), entry.prompt_digest) == [
+        "KV cache pool 1,045,353 -> 812,000 tokens (-22%)"
+    ]
     lines = store.describe_change(stored, stored, "decode-chat@c1")
     assert any("decode_tok_s: median" in line and "(+0.0%)" in line for line in lines)
 

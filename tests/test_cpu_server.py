@@ -34,7 +34,7 @@ from sglperf.session import LiveOptions, LiveSession, PreflightSession
 from sglperf.session.live_session import CPU_NOTE, RunningVariant
 from sglperf.sglang import envs
 from sglperf.sglang.cpu_shim import AMX_NOTE
-from sglperf.sglang.server_api import LAUNCH_SPECIFIC_FIELDS
+from sglperf.sglang.server_api import KV_POOL_TOKENS_FIELD, LAUNCH_SPECIFIC_FIELDS
 from sglperf.testing.neighbours import foreign_spinners
 
 from .cpu_tier import (
@@ -160,6 +160,7 @@ def test_baseline_recorded_then_compared_as_cpu_numbers(plain: Plain) -> None:
     assert recorded.baseline_status == BaselineStatus.RECORDED and recorded.baseline == str(path)
     assert path.parts[-4:] == ("cpu", "cpu-avx512", "tiny-cpu", "plain.json") and path.is_file()
     assert CPU_NOTE in recorded.notes and not recorded.emulated
+    assert recorded.provenance.kv_pool_tokens, "the real server's KV pool belongs in provenance"
     plain.live.options = dataclasses.replace(plain.live.options, update_baselines=False)
     compared = plain.live.measure(plain.deployment, plain.variant, workload, 1)
     assert compared.baseline_status == BaselineStatus.COMPARED, compared.problems
@@ -179,6 +180,8 @@ def test_a_second_start_has_the_same_effective_args_digest(plain: Plain, tmp_pat
         second.close()
     differing = sorted(k for k in {*first, *again} - LAUNCH_SPECIFIC_FIELDS if first.get(k) != again.get(k))
     assert effective_digest(first) == effective_digest(again), f"fields differing between two starts: {differing}"
+    # Sized from the memory free at start: this second server, started beside the first, gets less.
+    assert 0 < again[KV_POOL_TOKENS_FIELD] < first[KV_POOL_TOKENS_FIELD]
 
 
 def test_a_busy_neighbour_is_named_not_blamed_on_sglang(plain: Plain) -> None:

@@ -20,6 +20,11 @@ from sglperf.model.files import write_text_atomic
 from sglperf.model.measurement import Provenance, SampleSummary
 
 SCHEMA_VERSION = 1
+# A KV pool change noted beside the verdict. SGLang sizes the pool from the memory free at start: two
+# starts of one build, one after the other, differed by 0.04% on the CPU server, and a start beside
+# another server got 16.5% less. An upgrade that reserves memory elsewhere shrinks it too, and at
+# concurrency > 1 fewer requests may then fit.
+KV_POOL_NOTE_CHANGE = 0.05
 SIGNIFICANT_DIGITS = 6
 
 
@@ -265,6 +270,10 @@ def context_notes(baseline: Baseline, entry: Entry, current: Provenance, prompt_
         notes.append(f"SGLang {b.sglang_version} -> {current.sglang_version}")
     if b.effective_args_digest != current.effective_args_digest:
         notes.append("effective server args changed since the baseline")
+    if b.kv_pool_tokens and current.kv_pool_tokens:
+        change = current.kv_pool_tokens / b.kv_pool_tokens - 1
+        if abs(change) > KV_POOL_NOTE_CHANGE:
+            notes.append(f"KV cache pool {b.kv_pool_tokens:,} -> {current.kv_pool_tokens:,} tokens ({change:+.0%})")
     if entry.prompt_digest != prompt_digest:
         notes.append("prompt set changed since the baseline")
     if b.dummy_weights != current.dummy_weights:

@@ -35,6 +35,7 @@ class Provenance(_Strict):
     effective_args_digest: str
     launch_command: str
     dummy_weights: bool = False
+    kv_pool_tokens: int | None = None  # the KV cache pool SGLang sized at start; None: not served
 
 
 class SampleSummary(_Strict):

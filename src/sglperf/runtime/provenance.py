@@ -16,7 +16,7 @@ from sglperf.model.measurement import Provenance
 from sglperf.model.server_facts import ServerFacts
 from sglperf.runtime import gpus
 from sglperf.sglang.flags import LOAD_FORMAT_FLAG
-from sglperf.sglang.server_api import LAUNCH_SPECIFIC_FIELDS
+from sglperf.sglang.server_api import KV_POOL_TOKENS_FIELD, LAUNCH_SPECIFIC_FIELDS
 
 
 def effective_digest(effective: Mapping[str, Any]) -> str:
@@ -85,7 +85,13 @@ def provenance(
         effective_args_digest=effective_digest(facts.effective),
         launch_command=launch_command,
         dummy_weights=uses_dummy_weights(argv),
+        kv_pool_tokens=_kv_pool_tokens(facts.effective),
     )
+
+
+def _kv_pool_tokens(effective: Mapping[str, Any]) -> int | None:
+    value = effective.get(KV_POOL_TOKENS_FIELD)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def uses_dummy_weights(argv: Sequence[str]) -> bool:
