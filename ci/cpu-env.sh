@@ -6,8 +6,7 @@
 cpu_problem=$(.venv/bin/python -c 'from sglperf.sglang import envs; print(envs.cpu_kernel_problem() or "")')
 if [ -z "$cpu_problem" ]; then
   cpu_python=$(.venv/bin/sglperf env build 0.5.23 --cpu)
-  SGLPERF_TINY_MODELS=$(.venv/bin/python -m sglperf.testing.tiny_models --ensure "$cpu_python" \
-    "${SGLPERF_HOME:-$HOME/.cache/sglperf}/tiny-models")
+  SGLPERF_TINY_MODELS=$(.venv/bin/python -m sglperf.testing.tiny_models --ensure "$cpu_python")
   export SGLPERF_TINY_MODELS
 else
   echo "CPU tier will skip: $cpu_problem" >&2

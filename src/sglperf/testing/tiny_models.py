@@ -10,7 +10,7 @@ a fixed word list (vocab 1024 with Qwen-style specials), saved through
 ``transformers.PreTrainedTokenizerFast.save_pretrained`` with a ChatML chat template.
 
     python tiny_models.py OUTDIR [KIND ...]      # kinds: tiny-qwen3 tiny-mimo tiny-qwen35
-    python -m sglperf.testing.tiny_models --ensure PYTHON CACHE   # written once per version, by PYTHON
+    python -m sglperf.testing.tiny_models --ensure PYTHON [CACHE]  # once per version; CACHE: default_cache()
 
 - ``tiny-qwen3``: Qwen3ForCausalLM, hidden 128, 4 layers (EAGLE3 taps layers 0-2), with an EAGLE3 draft
   (LlamaForCausalLMEagle3, 1 layer) in ``tiny-qwen3/eagle3-draft``.
@@ -407,8 +407,8 @@ def main(argv: list[str]) -> int:
     if not argv:
         print(__doc__, file=sys.stderr)
         return 2
-    if argv[0] == "--ensure":  # --ensure PYTHON CACHE: print the folder, writing it if needed
-        print(ensure(argv[1], Path(argv[2])))
+    if argv[0] == "--ensure":  # --ensure PYTHON [CACHE]: print the folder, writing it if needed
+        print(ensure(argv[1], Path(argv[2]) if len(argv) > 2 else default_cache()))
         return 0
     for path in write(Path(argv[0]), tuple(argv[1:]) or KINDS):
         print(path)
