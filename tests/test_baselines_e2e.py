@@ -134,38 +134,16 @@ def test_missing_baseline_can_skip(suite) -> None:
     skipped.stdout.fnmatch_lines(["SKIPPED*no baseline for *; record it with: pytest -k * --update-baselines*"])
 
 
-def test_runner_thresholds_cover_every_workload_and_a_workloads_own_win(
-    pytester: pytest.Pytester, sglang_python, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_runner_thresholds_cover_every_workload_and_a_workloads_own_win(suite) -> None:
     # A noisy runner's floors reach a workload that names none (as a user's own workload in examples/
     # names none); a workload's own thresholds still decide for it.
-    monkeypatch.delenv("SGLPERF_SIMULATED_GPUS", raising=False)
-    monkeypatch.setenv("SGLPERF_GPU_LOCK_DIR", str(pytester.path / "gpu-locks"))
     strict = WORKLOAD.replace('"decode-chat"', '"decode-strict"') + "thresholds = { decode_tok_s = 0.03 }\n"
     floors = "thresholds = { decode_tok_s = 0.5, itl_s = 1.0, e2e_s = 1.0, ttft_s = 1.0 }\n"
     text = with_workloads(WORKLOAD + strict).replace("sm_count = 84\n", "sm_count = 84\n" + floors)
-    make_project(pytester.path, text)
-    pytester.makeini("[pytest]\ntestpaths = deployments\n")
+    (suite.path / "deployments" / "qwen36.toml").write_text(text)
 
-    def run(*args: str, **emulator: object) -> pytest.RunResult:
-        return pytester.runpytest_subprocess(
-            "-m",
-            "measure",
-            "-k",
-            "mtp3-prefill-graph",
-            f"--sglang-python={sglang_python(NEW_SGLANG)}",
-            "--emulator",
-            f"--emulator-config={json.dumps({**FAST, **emulator})}",
-            f"--baselines-dir={pytester.path / 'baselines'}",
-            "-p",
-            "no:cacheprovider",
-            "-rA",
-            *args,
-            timeout=300,
-        )
-
-    run("--update-baselines").assert_outcomes(passed=2)
-    slower = run(decode_slowdown=1.25)
+    suite("--update-baselines").assert_outcomes(passed=2)
+    slower = suite(decode_slowdown=1.25)
     slower.assert_outcomes(passed=1, failed=1)
     slower.stdout.fnmatch_lines(["*decode-strict-c1*", "*decode_tok_s regressed*threshold 3%*"])
     slower.stdout.fnmatch_lines(["PASSED*-decode-chat-c1", "FAILED*-decode-strict-c1*"])
