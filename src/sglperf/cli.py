@@ -10,10 +10,11 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import get_args
 
 from sglperf import preflight, upgrade
 from sglperf.baselines import regression, store
-from sglperf.model.deployment import Deployment, DeploymentError, discover
+from sglperf.model.deployment import CpuKernel, Deployment, DeploymentError, discover
 from sglperf.reporting import markdown
 from sglperf.reporting.console import verdict_json, verdict_table
 from sglperf.reporting.run_results import history_dirs
@@ -63,7 +64,7 @@ def _check_all(
     checks: list[preflight.VariantCheck] = []
     version, parser = "", None
     for deployment in deployments:
-        runner_python = envs.python_for_runner(python, deployment.runner.device, _say)  # CPU runner: its env
+        runner_python = envs.python_for_runner(python, deployment.runner, _say)  # CPU runner: its env
         resolver = preflight.Resolver(runner_python, deployment.runner, progress=_say)
         try:
             release = resolver.release()
@@ -149,15 +150,15 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_env(args: argparse.Namespace) -> int:
     if args.action == "build":
         for version in args.versions:
-            # --cpu: the release's CPU-side install plus SGLang's CPU kernel, to serve on this CPU
-            env = envs.ensure_cpu_env(version, _say) if args.cpu else envs.ensure_env(version, _say)
+            # --cpu: the release's CPU-side install plus a kernel (SGLang's, or the stand-in), to serve on this CPU
+            env = envs.ensure_cpu_env(version, _say, kernel=args.cpu) if args.cpu else envs.ensure_env(version, _say)
             print(env.python)
     elif args.action == "path":
         for version in args.versions:
-            env = envs.cpu_env_for(version) if args.cpu else envs.env_for(version)
+            env = envs.cpu_env_for(version, args.cpu) if args.cpu else envs.env_for(version)
             ready = envs.cpu_env_ready(env) if args.cpu else env.ready
             if not ready:
-                cpu = " --cpu" if args.cpu else ""
+                cpu = f" --cpu {args.cpu}" if args.cpu else ""
                 _say(f"SGLang {version}{cpu} environment is not built; run `sglperf env build {version}{cpu}`")
                 return 1
             print(env.python)
@@ -229,8 +230,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("versions", nargs="*")
     p.add_argument(
         "--cpu",
-        action="store_true",
-        help="the environment that serves on this CPU (SGLang's CPU kernel; needs AVX-512)",
+        nargs="?",
+        const="sgl-kernel",
+        choices=get_args(CpuKernel),
+        help="the environment that serves on this CPU: with SGLang's CPU kernel (sgl-kernel, the default; needs "
+        "AVX-512), or with no native kernel (torch-native: SGLang's torch fallbacks, any x86-64 CPU)",
     )
     p.set_defaults(func=cmd_env)
 

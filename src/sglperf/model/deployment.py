@@ -60,6 +60,10 @@ def _check_thresholds(value: dict[str, float]) -> dict[str, float]:
 
 
 GPU_PROFILE_FIELDS = ("gpu_count", "gpu_name", "compute_capability", "memory_gib")
+# What serves SGLang's kernel ops on a CPU runner: SGLang's CPU kernel package (built for AVX-512; the
+# intel_amx path, the CPU graph and speculative decoding), or none at all, so that SGLang takes its own
+# torch_native fallbacks (any x86-64 CPU). sglperf.sglang.envs builds the environment for each.
+CpuKernel = Literal["sgl-kernel", "torch-native"]
 
 
 class RunnerProfile(_Strict):
@@ -83,6 +87,8 @@ class RunnerProfile(_Strict):
     # workload's own thresholds win): how far timings move between two unchanged runs is the
     # machine's property, not the workload's.
     thresholds: dict[str, float] = Field(default_factory=dict, description="relative regression floors per metric")
+    # CPU runners only; None means "sgl-kernel" (kept out of the probe profile, so older caches stay valid).
+    cpu_kernel: CpuKernel | None = None
 
     @field_validator("thresholds")
     @classmethod
@@ -109,6 +115,8 @@ class RunnerProfile(_Strict):
 
     @model_validator(mode="after")
     def _gpu_values(self) -> RunnerProfile:
+        if self.device == "cuda" and self.cpu_kernel is not None:
+            raise ValueError('cpu_kernel: only a CPU runner (device = "cpu") has one')
         if self.device == "cuda":
             if self.gpu_count < 1:
                 raise ValueError("gpu_count: a GPU runner has at least 1 GPU")
@@ -121,6 +129,11 @@ class RunnerProfile(_Strict):
     @property
     def is_cpu(self) -> bool:
         return self.device == "cpu"
+
+    @property
+    def kernel(self) -> CpuKernel:
+        """What serves SGLang's kernel ops on this CPU runner."""
+        return self.cpu_kernel or "sgl-kernel"
 
     def as_probe_profile(self) -> dict[str, Any]:
         return self.model_dump(exclude_none=True, exclude={"memory_bandwidth_gbs", "max_host_load", "thresholds"})

@@ -22,6 +22,7 @@ import dataclasses
 import importlib.abc
 import importlib.machinery
 import importlib.metadata
+import importlib.util
 import io
 import json
 import linecache
@@ -46,9 +47,16 @@ from typing import Any
 GPU_ONLY_MODULES = ("sgl_kernel", "flashinfer")
 
 
-def _stub_gpu_only_modules() -> list[str]:
-    stubbed = []
+def _stub_gpu_only_modules(never_import: list[str]) -> tuple[list[str], list[str]]:
+    """(stubbed modules, installed ones stubbed without an import). ``never_import``: modules this CPU cannot
+    load (a kernel built for AVX-512 kills the process with SIGILL on import, before any except runs)."""
+    stubbed, kept_out = [], []
     for name in GPU_ONLY_MODULES:
+        if name in never_import:
+            stubbed.append(name)
+            if importlib.util.find_spec(name) is not None:
+                kept_out.append(name)
+            continue
         try:
             __import__(name)
         except Exception:  # ImportError, OSError (missing libcuda), RuntimeError...
@@ -56,7 +64,7 @@ def _stub_gpu_only_modules() -> list[str]:
                 del sys.modules[key]
             stubbed.append(name)
     if not stubbed:
-        return stubbed
+        return stubbed, kept_out
 
     class _Loader(importlib.abc.Loader):
         def create_module(self, spec: Any) -> None:
@@ -74,7 +82,7 @@ def _stub_gpu_only_modules() -> list[str]:
             return None
 
     sys.meta_path.insert(0, _Finder())
-    return stubbed
+    return stubbed, kept_out
 
 
 def _fake_nvidia_smi(profile: dict[str, Any]) -> str:
@@ -1011,7 +1019,7 @@ def _resolve_job(
     return result
 
 
-def _start(profile: dict[str, Any], capture: _Capture) -> tuple[dict[str, Any], Any]:
+def _start(profile: dict[str, Any], never_import: list[str], capture: _Capture) -> tuple[dict[str, Any], Any]:
     """Import SGLang under the simulated runner; the first answer describes the release."""
     ready: dict[str, Any] = {"python": sys.executable}
     try:
@@ -1021,7 +1029,7 @@ def _start(profile: dict[str, Any], capture: _Capture) -> tuple[dict[str, Any], 
         return ready, None
     started = time.perf_counter()
     try:
-        ready["stubbed_modules"] = _stub_gpu_only_modules()
+        ready["stubbed_modules"], ready["kept_from_import"] = _stub_gpu_only_modules(never_import)
         if profile.get("device", "cuda") != "cpu":  # a CPU runner is this machine as it is: nothing to simulate
             _simulate_gpus(profile)
         module = importlib.import_module("sglang.srt.server_args")
@@ -1065,7 +1073,7 @@ def main() -> int:
     logging.captureWarnings(True)
 
     hello = json.loads(sys.stdin.readline())
-    ready, module = _start(hello["profile"], capture)
+    ready, module = _start(hello["profile"], hello.get("never_import", []), capture)
     answer(ready)
     if module is None:
         return 0

@@ -25,6 +25,7 @@ from filelock import FileLock
 
 from sglperf.model.deployment import RunnerProfile
 from sglperf.model.files import write_text_atomic
+from sglperf.model.process_exit import describe_exit
 from sglperf.model.progress import Progress, silent
 from sglperf.model.resolution import LogLine, ModelFacts, Resolution, SGLangError, Write
 from sglperf.sglang import envs
@@ -168,7 +169,7 @@ def installed_sglang(python: str) -> tuple[str, float]:
 class _Worker:
     """One probe process: import once, resolve many."""
 
-    def __init__(self, python: str, profile: RunnerProfile):
+    def __init__(self, python: str, profile: RunnerProfile, never_import: Sequence[str]):
         # Kept open for the worker's lifetime and read on failure; close() removes it.
         self._stderr = tempfile.NamedTemporaryFile(prefix="sglperf-probe-", suffix=".log", delete=False)  # noqa: SIM115
         self.proc = subprocess.Popen(
@@ -183,7 +184,11 @@ class _Worker:
         self._lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._pump, daemon=True).start()
         atexit.register(self.close)
-        self.hello = self.ask({"profile": profile.as_probe_profile()}, STARTUP_TIMEOUT_S, "importing SGLang")
+        self.hello = self.ask(
+            {"profile": profile.as_probe_profile(), "never_import": list(never_import)},
+            STARTUP_TIMEOUT_S,
+            "importing SGLang",
+        )
 
     def _pump(self) -> None:
         assert self.proc.stdout is not None
@@ -197,22 +202,33 @@ class _Worker:
             self.proc.stdin.write(json.dumps(payload) + "\n")
             self.proc.stdin.flush()
             line = self._lines.get(timeout=timeout)
-        except (BrokenPipeError, queue.Empty):
+        except BrokenPipeError:
             line = None
-        if line is None:
+        except queue.Empty:
+            tail = self.stderr_tail()
             self.close()
             raise PreflightError(
-                f"the SGLang probe died or hung while {doing} (limit {timeout:.0f} s); "
-                f"its output ends with:\n{self.stderr_tail()}"
-            )
+                f"the SGLang probe did not answer within {timeout:.0f} s while {doing}; its output ends with:\n{tail}"
+            ) from None
+        if line is None:  # its stdout closed: it ended
+            try:
+                ended = describe_exit(self.proc.wait(timeout=10))
+            except subprocess.TimeoutExpired:
+                ended = "closed its output"
+            if "SIGILL" in ended:
+                ended += f"; this CPU: {envs.cpu_kind()}"
+            tail = self.stderr_tail()
+            self.close()
+            raise PreflightError(f"the SGLang probe ended while {doing}: {ended}; its output ends with:\n{tail}")
         answer: dict[str, Any] = json.loads(line)
         return answer
 
     def stderr_tail(self, lines: int = 25) -> str:
         try:
-            return "\n".join(Path(self._stderr.name).read_text(errors="replace").splitlines()[-lines:])
+            text = Path(self._stderr.name).read_text(errors="replace")
         except OSError:
-            return "(no output)"
+            text = ""
+        return "\n".join(text.splitlines()[-lines:]) or "(no output)"
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -241,7 +257,10 @@ class Resolver:
             if cache_dir is not None
             else Path(os.environ.get("SGLPERF_PREFLIGHT_CACHE", envs.home() / "preflight"))
         )
+        # Never imported on a CPU that cannot run SGLang's CPU kernel: the import would kill the probe.
+        self._never_import = [envs.KERNEL_MODULE] if envs.cpu_kernel_problem() else []
         self._key_base = {
+            "never_import": self._never_import,
             "python": os.path.realpath(python),
             "sglang": self.version,
             "installed_at": installed_at,
@@ -286,7 +305,13 @@ class Resolver:
 
     def _ensure_worker(self) -> _Worker:
         if self._worker is None:
-            worker = _Worker(self.python, self.profile)
+            worker = _Worker(self.python, self.profile, self._never_import)
+            kept_out = worker.hello.get("kept_from_import") or []
+            if kept_out:
+                self._progress(
+                    f"preflight with {self.python}: {', '.join(kept_out)} stubbed, not imported: "
+                    f"{envs.cpu_kernel_problem()}"
+                )
             error = worker.hello.get("error")
             if error:
                 tail = worker.stderr_tail()

@@ -25,6 +25,7 @@ from pathlib import Path
 import httpx
 import psutil
 
+from sglperf.model.process_exit import describe_exit
 from sglperf.model.progress import Progress, silent
 from sglperf.runtime import shm_ledger
 from sglperf.sglang.flags import API_KEY_FLAG, HOST_FLAG, PORT_FLAG
@@ -156,7 +157,7 @@ class Server:
                 if code is not None:
                     self.stop()
                     raise ServerStartError(
-                        f"{self.spec.name}: server exited with code {code} during startup after "
+                        f"{self.spec.name}: server {describe_exit(code)} during startup after "
                         f"{time.monotonic() - self.started_at:.1f} s ({' '.join(self.command)}); "
                         f"log {self.spec.log_path} ends with:\n{self.log_tail()}"
                     )

@@ -113,7 +113,7 @@ class LiveSession:
             # A real SGLang server on this CPU: no GPU to find or lock, but a CPU its kernel runs on.
             if self.options.emulator:
                 return None
-            problem = envs.cpu_kernel_problem()
+            problem = envs.runner_cpu_problem(deployment.runner.kernel)
             if problem:
                 return f"{problem} (CPU runner {deployment.runner.name!r})"
             unset = self._unset_model_path(deployment)

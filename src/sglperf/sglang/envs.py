@@ -29,6 +29,7 @@ from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.version import InvalidVersion, Version
 
+from sglperf.model.deployment import CpuKernel, RunnerProfile
 from sglperf.model.progress import Progress, silent
 from sglperf.sglang.server_api import BENCH_SERVING_MODULES
 
@@ -277,26 +278,38 @@ def choose_python(python: str | None = None, sglang_version: str | None = None, 
 
 # --- SGLang on the CPU ---------------------------------------------------------------------------
 # A real `sglang.launch_server --device cpu` needs the release's CPU-side install (the environment
-# above) plus SGLang's CPU kernel package (`sgl_kernel` built for AVX-512 + AMX), which is on no
-# package index. It comes from a folder laid out like ../shared/sglang-cpu (wheels/*.whl, else
-# build.sh to build one): SGLPERF_SGLANG_CPU_DIR, else <repository>/../shared/sglang-cpu.
+# above) plus something importable as `sgl_kernel`, which SGLang imports on every path. Two kinds
+# (RunnerProfile.cpu_kernel):
+# - "sgl-kernel": SGLang's CPU kernel package, built for AVX-512, on no package index. It comes from a
+#   folder laid out like ../shared/sglang-cpu (wheels/*.whl, else build.sh to build one):
+#   SGLPERF_SGLANG_CPU_DIR, else <repository>/../shared/sglang-cpu. Loading it on a CPU without
+#   AVX-512 kills the process with SIGILL, so nothing here lets a process of such a CPU import it.
+# - "torch-native": no native kernel. A stand-in package (cpu_kernel_standin.py) lets SGLang's imports
+#   succeed; SGLang's own rules then fall back to torch_native attention and torch code for its ops.
 
 CPU_DIR_ENV = "SGLPERF_SGLANG_CPU_DIR"
-CPU_RECIPE_VERSION = "1"
+# The flags of another CPU kind, instead of /proc/cpuinfo's: what a runner of that kind would do here.
+CPU_FLAGS_ENV = "SGLPERF_CPU_FLAGS"
+CPU_RECIPE_VERSION = "2"
 # /proc/cpuinfo flags the CPU kernel needs: it is compiled for x86-64-v4 (AVX-512). Built with -mamx-*
 # too, it holds no AMX instruction (oneDNN picks AVX-512 code at run time): it served on an AMD EPYC
 # with AVX-512 and no AMX, 2026-12-01, with the CPU shim keeping SGLang on that path (cpu_shim.py).
 CPU_KERNEL_FLAGS = ("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512cd")
 CPU_SHIM = Path(__file__).with_name("cpu_shim.py")
+CPU_KERNEL_STANDIN = Path(__file__).with_name("cpu_kernel_standin.py")
+KERNEL_MODULE = "sgl_kernel"
 # SGLang's CPU backend binds its OpenMP threads to these CPUs ("0-3", "|" between ranks); unset or
 # "all": every CPU of the rank's NUMA node (sglang/srt/utils/numa_utils.py, init_threads_binding).
 CPU_OMP_BIND_ENV = "SGLANG_CPU_OMP_THREADS_BIND"
-CPU_SUFFIX = "-cpu"
+CPU_SUFFIXES: dict[CpuKernel, str] = {"sgl-kernel": "-cpu", "torch-native": "-cpu-native"}
 
 
 def cpu_flags(cpuinfo: str | None = None) -> set[str]:
-    """The CPU feature flags of this machine (the first processor's ``flags`` line)."""
+    """The CPU feature flags of this machine (the first processor's ``flags`` line; SGLPERF_CPU_FLAGS wins)."""
     if cpuinfo is None:
+        simulated = os.environ.get(CPU_FLAGS_ENV)
+        if simulated is not None:
+            return set(simulated.split())
         try:
             cpuinfo = Path("/proc/cpuinfo").read_text()
         except OSError:
@@ -307,17 +320,39 @@ def cpu_flags(cpuinfo: str | None = None) -> set[str]:
     return set()
 
 
-def cpu_kernel_problem(cpuinfo: str | None = None) -> str | None:
-    """Why SGLang's CPU kernel cannot run on this CPU, or None."""
+def cpu_kind(flags: set[str] | None = None) -> str:
+    """This CPU in the words the README's tier table uses: which of the project's CPU kinds it is."""
+    flags = cpu_flags() if flags is None else flags
+    if not flags:
+        return "a CPU of unknown kind (no /proc/cpuinfo flags)"
+    if all(f in flags for f in CPU_KERNEL_FLAGS):
+        return "AVX-512 with AMX" if "amx_tile" in flags else "AVX-512 without AMX"
+    return "AVX2 without AVX-512" if "avx2" in flags else "no AVX2"
+
+
+def _kernel_flags_missing(cpuinfo: str | None = None) -> str | None:
+    """What this CPU lacks of what SGLang's CPU kernel needs ("lacks avx512f, ..."), or None."""
     flags = cpu_flags(cpuinfo)
     missing = [f for f in CPU_KERNEL_FLAGS if f not in flags]
     if not missing:
         return None
-    seen = "no /proc/cpuinfo flags" if not flags else f"lacks {', '.join(missing)}"
+    return "no /proc/cpuinfo flags" if not flags else f"lacks {', '.join(missing)}"
+
+
+def cpu_kernel_problem(cpuinfo: str | None = None) -> str | None:
+    """Why SGLang's CPU kernel cannot run on this CPU, or None."""
+    missing = _kernel_flags_missing(cpuinfo)
+    if missing is None:
+        return None
     return (
-        f"this CPU {seen}: SGLang's CPU kernel (sgl_kernel for --device cpu) is built for AVX-512 "
-        "(x86-64-v4), so a real SGLang server cannot run here"
+        f"this CPU {missing}: SGLang's CPU kernel (sgl_kernel for --device cpu) is built for AVX-512, so a real "
+        'SGLang server with it cannot run here (a runner with cpu_kernel = "torch-native" can)'
     )
+
+
+def runner_cpu_problem(kernel: CpuKernel) -> str | None:
+    """Why a CPU runner with ``kernel`` cannot serve on this CPU, or None."""
+    return cpu_kernel_problem() if kernel == "sgl-kernel" else None
 
 
 def cpu_kernel_dir() -> Path:
@@ -328,18 +363,18 @@ def cpu_kernel_dir() -> Path:
     return repository.parent / "shared" / "sglang-cpu"
 
 
-def cpu_env_for(version: str) -> SGLangEnv:
-    return SGLangEnv(version, envs_root() / f"sglang-{check_version(version)}{CPU_SUFFIX}")
+def cpu_env_for(version: str, kernel: CpuKernel = "sgl-kernel") -> SGLangEnv:
+    return SGLangEnv(version, envs_root() / f"sglang-{check_version(version)}{CPU_SUFFIXES[kernel]}")
 
 
-def _cpu_recipe(version: str, wheel: Path) -> str:
-    text = "\n".join([CPU_RECIPE_VERSION, _recipe_digest(version), wheel.name, CPU_SHIM.read_text()])
+def _cpu_recipe(version: str, kernel_source: str) -> str:
+    """``kernel_source``: the kernel wheel's path, or the stand-in's name; the files copied in count too."""
+    copied = CPU_SHIM.read_text() if kernel_source != KERNEL_STANDIN_SOURCE else CPU_KERNEL_STANDIN.read_text()
+    text = "\n".join([CPU_RECIPE_VERSION, _recipe_digest(version), Path(kernel_source).name, copied])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def _cpu_ready(env: SGLangEnv) -> bool:
-    marker = env.path / ".sglperf-ready"
-    return marker.is_file() and bool(marker.read_text().strip())
+KERNEL_STANDIN_SOURCE = "torch-native stand-in"
 
 
 def _kernel_wheel(folder: Path, python: Path, progress: Progress) -> Path:
@@ -367,21 +402,24 @@ def _kernel_wheel(folder: Path, python: Path, progress: Progress) -> Path:
     return built[-1]
 
 
-def ensure_cpu_env(version: str, progress: Progress = silent, require_cpu: bool = True) -> SGLangEnv:
+def ensure_cpu_env(
+    version: str, progress: Progress = silent, require_cpu: bool = True, kernel: CpuKernel = "sgl-kernel"
+) -> SGLangEnv:
     """Build (once) the SGLang-on-CPU environment for ``version``: the release's CPU-side environment seen
-    through a ``.pth`` (with the shared torch), plus the CPU kernel wheel and sglperf's CPU shim.
+    through a ``.pth`` (with the shared torch), plus ``kernel``: SGLang's CPU kernel wheel and sglperf's CPU
+    shim, or the torch-native stand-in.
 
     ``require_cpu``: fail at once, saying why, when this CPU cannot run the kernel (resolution alone works
     without it: the preflight stubs a kernel that does not load)."""
-    if require_cpu and (problem := cpu_kernel_problem()):
+    if require_cpu and (problem := runner_cpu_problem(kernel)):
         raise EnvBuildError(problem)
-    env = cpu_env_for(version)
+    env = cpu_env_for(version, kernel)
     base = ensure_env(version, progress)
     with FileLock(str(env.path) + ".lock"):
-        folder = cpu_kernel_dir()
-        if _cpu_ready(env) and (env.path / ".sglperf-ready").read_text().strip() == _cpu_recipe_if_known(env):
+        if cpu_env_ready(env):
             return env
-        progress(f"building SGLang {version} CPU environment in {env.path} (kernel from {folder})")
+        source = str(cpu_kernel_dir()) if kernel == "sgl-kernel" else KERNEL_STANDIN_SOURCE
+        progress(f"building SGLang {version} CPU environment in {env.path} (kernel: {source})")
         _remove_ours(env.path)
         try:
             _run([sys.executable, "-m", "venv", str(env.path)], "create venv", progress)
@@ -389,57 +427,76 @@ def ensure_cpu_env(version: str, progress: Progress = silent, require_cpu: bool 
             torch_site = ensure_torch_env(progress)
             # A .pth inside a folder that a .pth added is not processed: name both folders here.
             (site / "zz_sglperf_base.pth").write_text(f"{_site_packages(base.path)}\n{torch_site}\n")
-            wheel = _kernel_wheel(folder, env.python, progress)
-            _run(
-                [str(env.python), "-m", "pip", "install", "-q", "--no-deps", str(wheel)], "install CPU kernel", progress
-            )
-            shutil.copyfile(CPU_SHIM, site / "sglperf_cpu_shim.py")
-            (site / "zz_sglperf_cpu_shim.pth").write_text("import sglperf_cpu_shim\n")
-            (env.path / ".sglperf-kernel").write_text(f"{wheel}\n")
-            (env.path / ".sglperf-ready").write_text(_cpu_recipe(version, wheel) + "\n")
+            if kernel == "sgl-kernel":
+                wheel = _kernel_wheel(cpu_kernel_dir(), env.python, progress)
+                _run(
+                    [str(env.python), "-m", "pip", "install", "-q", "--no-deps", str(wheel)],
+                    "install CPU kernel",
+                    progress,
+                )
+                shutil.copyfile(CPU_SHIM, site / "sglperf_cpu_shim.py")
+                (site / "zz_sglperf_cpu_shim.pth").write_text("import sglperf_cpu_shim\n")
+                source = str(wheel)
+            else:
+                (site / KERNEL_MODULE).mkdir()
+                shutil.copyfile(CPU_KERNEL_STANDIN, site / KERNEL_MODULE / "__init__.py")
+            (env.path / ".sglperf-kernel").write_text(f"{source}\n")
+            (env.path / ".sglperf-ready").write_text(_cpu_recipe(version, source) + "\n")
         except BaseException:
             _remove_ours(env.path)
             raise
-        progress(f"SGLang {version} CPU environment ready ({wheel.name})")
+        progress(f"SGLang {version} CPU environment ready ({Path(source).name})")
     return env
 
 
-def _cpu_recipe_if_known(env: SGLangEnv) -> str:
-    """The recipe digest a built CPU environment should carry (its kernel wheel is recorded), "" if unknown."""
-    try:
-        wheel = Path((env.path / ".sglperf-kernel").read_text().strip())
-    except OSError:
-        return ""
-    return _cpu_recipe(env.version, wheel)
+_SAID_STUBBED: set[str] = set()  # runner names whose stubbed kernel was said this process
 
 
-def python_for_runner(python: str, device: str, progress: Progress = silent) -> str:
-    """The interpreter for a runner profile's device. A managed release's CPU runner uses that release's
-    CPU environment (with the kernel); any other interpreter is used as given."""
-    if device != "cpu":
+def python_for_runner(python: str, runner: RunnerProfile, progress: Progress = silent) -> str:
+    """The interpreter for a runner profile. A managed release's CPU runner uses that release's CPU
+    environment for its kernel, where this CPU can load it; any other interpreter is used as given."""
+    if not runner.is_cpu:
         return python
     path = Path(python)
     root = envs_root()
     if path.parent.parent.parent != root or not path.parent.parent.name.startswith("sglang-"):
         return python
     name = path.parent.parent.name.removeprefix("sglang-")
-    if name.endswith(CPU_SUFFIX):
+    if any(name.endswith(suffix) for suffix in CPU_SUFFIXES.values()):
         return python
     try:
         version = check_version(name)
     except BadVersionError:
         return python
-    if not cpu_kernel_dir().is_dir():
-        progress(
-            f"no SGLang CPU kernel folder at {cpu_kernel_dir()} ({CPU_DIR_ENV}): the CPU runner is resolved "
-            f"with {python} (kernel stubbed), and a real CPU server cannot be started"
-        )
-        return python
-    return str(ensure_cpu_env(version, progress, require_cpu=False).python)
+    kernel = runner.kernel
+    if kernel == "sgl-kernel":
+        missing = _kernel_flags_missing()
+        if missing:
+            # Importing the kernel here would kill the probe (SIGILL): resolve with it stubbed instead.
+            if runner.name not in _SAID_STUBBED:
+                _SAID_STUBBED.add(runner.name)
+                progress(
+                    f"CPU runner {runner.name!r}: resolved with SGLang's CPU kernel stubbed, not loaded (this CPU "
+                    f"{missing}; the kernel is built for AVX-512): its attention backend is this CPU's, not the runner's"
+                )
+            return python
+        if not cpu_kernel_dir().is_dir():
+            progress(
+                f"no SGLang CPU kernel folder at {cpu_kernel_dir()} ({CPU_DIR_ENV}): CPU runner {runner.name!r} is "
+                f"resolved with {python} (kernel stubbed), and a real CPU server cannot be started"
+            )
+            return python
+    return str(ensure_cpu_env(version, progress, require_cpu=False, kernel=kernel).python)
 
 
 def cpu_env_ready(env: SGLangEnv) -> bool:
-    return _cpu_ready(env) and (env.path / ".sglperf-ready").read_text().strip() == _cpu_recipe_if_known(env)
+    """Whether a CPU environment is complete and was built by this recipe (its kernel source is recorded)."""
+    marker = env.path / ".sglperf-ready"
+    try:
+        source = (env.path / ".sglperf-kernel").read_text().strip()
+        return marker.read_text().strip() == _cpu_recipe(env.version, source)
+    except OSError:
+        return False
 
 
 def bench_serving_module(python: str) -> str:
