@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The live and measure tiers against a real SGLang 0.5.23 server on this CPU (no GPU; needs AVX-512, uses
-# AMX where present), plus the emulator contract test (the same probes against the real server and the emulator).
+# The live and measure tiers against a real SGLang 0.5.23 server on this CPU (no GPU), plus the emulator
+# contract test (the same probes against the real server and the emulator). On every x86-64 CPU: the server
+# with no native kernel (tiny-cpu-native.toml); with AVX-512 also SGLang's CPU kernel (tiny-cpu.toml,
+# tiny-cpu-mtp.toml, AMX used where present), whose items skip elsewhere saying why. ci/cpu-env.sh says which.
 # CPU timings move with the machine and its load, so baselines are recorded by this run and then
 # compared against (results/cpu-baselines/cpu/...), never against numbers from another machine.
 # Usage: ci/cpu-tier.sh [pytest args...]     JUnit XML: results/cpu-tier-record.xml, results/cpu-tier.xml
@@ -14,11 +16,11 @@ mkdir -p results
 # graph is on, as examples/test_effective_args.py expects of a deployment.
 export SGLPERF_EXAMPLE_DEPLOYMENT=tiny-cpu
 # 1. every live and measure item, recording the baselines
-.venv/bin/pytest deployments/tiny-cpu.toml deployments/tiny-cpu-mtp.toml examples -k "not examples or torch-compile" \
+.venv/bin/pytest deployments/tiny-cpu.toml deployments/tiny-cpu-mtp.toml deployments/tiny-cpu-native.toml examples -k "not examples or torch-compile" \
   --sglang-version=0.5.23 -p no:cacheprovider --update-baselines --baselines-dir="$baselines" \
   --junit-xml=results/cpu-tier-record.xml "$@"
 # 2. the measurements again, compared with those baselines; the CPU-server tests and the emulator contract
-exec .venv/bin/pytest deployments/tiny-cpu.toml deployments/tiny-cpu-mtp.toml examples \
+exec .venv/bin/pytest deployments/tiny-cpu.toml deployments/tiny-cpu-mtp.toml deployments/tiny-cpu-native.toml examples \
   tests/test_cpu_server.py tests/test_emulator_contract.py -m "measure or needs_sglang" \
   -k "not examples or torch-compile" \
   --sglang-version=0.5.23 -p no:cacheprovider --baselines-dir="$baselines" \

@@ -8,40 +8,63 @@ import functools
 import os
 import sys
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from sglperf.model.deployment import CpuKernel, load
 from sglperf.sglang import envs
 from sglperf.testing import tiny_models
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY_CPU = ROOT / "deployments" / "tiny-cpu.toml"
 TINY_CPU_MTP = ROOT / "deployments" / "tiny-cpu-mtp.toml"
+TINY_CPU_NATIVE = ROOT / "deployments" / "tiny-cpu-native.toml"
 SGLANG_VERSION = "0.5.23"  # the release the CPU kernel in ../shared/sglang-cpu is patched for
 TINY_MODELS_ENV = tiny_models.TINY_MODELS_ENV
 MARKER_ENV = "SGLPERF_TEST_MARKER"
 
 
+@dataclass(frozen=True)
+class CpuServerSetup:
+    """What serves on this CPU: SGLang's CPU kernel where the CPU has AVX-512 (tiny-cpu.toml), else no
+    native kernel at all (tiny-cpu-native.toml, torch_native attention)."""
+
+    python: str
+    models: Path
+    deployment: Path
+
+    @property
+    def kernel(self) -> CpuKernel:
+        return load(self.deployment).runner.kernel
+
+    @property
+    def attention_backend(self) -> str:
+        """What SGLang resolves on that path (its own fallback rule without the kernel)."""
+        return "intel_amx" if self.kernel == "sgl-kernel" else "torch_native"
+
+
 @functools.cache
-def _setup() -> tuple[str, str] | str:
-    problem = envs.cpu_kernel_problem()
-    if problem:
-        return problem
+def _setup() -> CpuServerSetup | str:
+    deployment = TINY_CPU if envs.cpu_kernel_problem() is None else TINY_CPU_NATIVE
     try:
-        python = str(envs.ensure_cpu_env(SGLANG_VERSION, lambda m: print(m, file=sys.stderr)).python)
+        env = envs.ensure_cpu_env(
+            SGLANG_VERSION, lambda m: print(m, file=sys.stderr), kernel=load(deployment).runner.kernel
+        )
     except envs.EnvBuildError as exc:
         return f"no SGLang CPU environment: {exc}"
-    models = tiny_models.ensure(python, tiny_models.default_cache())
-    return python, str(models)
+    models = tiny_models.ensure(str(env.python), tiny_models.default_cache())
+    return CpuServerSetup(str(env.python), models, deployment)
 
 
-def cpu_setup() -> tuple[str, Path]:
-    """(the CPU environment's python, the tiny models folder), or skip saying why this machine cannot."""
+def cpu_setup() -> CpuServerSetup:
+    """The real CPU server's environment, tiny models and deployment for this CPU, or skip saying why
+    this machine cannot (no kernel folder for an AVX-512 CPU, say)."""
     found = _setup()
     if isinstance(found, str):
         pytest.skip(found)
-    return found[0], Path(found[1])
+    return found
 
 
 def new_marker() -> str:

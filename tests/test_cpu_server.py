@@ -1,10 +1,11 @@
 """The live and measure tiers against a real SGLang server on this CPU (not the emulator).
 
-One real `sglang.launch_server --device cpu` serving the tiny Qwen3 (deployments/tiny-cpu.toml,
-variant plain): its effective args and live evidence, a baseline recorded and compared under
-baselines/cpu/, and teardown that leaves no process (server, scheduler, detokenizer) after a normal
-stop, after Ctrl-C to pytest and after SIGKILL of pytest. Skips, saying why, on a CPU without AVX-512
-and AMX or without the SGLang CPU kernel.
+One real `sglang.launch_server --device cpu` serving the tiny Qwen3, variant plain: with SGLang's CPU
+kernel where this CPU has AVX-512 (deployments/tiny-cpu.toml), else with no native kernel
+(deployments/tiny-cpu-native.toml, torch_native attention). Its effective args and live evidence, a
+baseline recorded and compared under baselines/cpu/, and teardown that leaves no process (server,
+scheduler, detokenizer) after a normal stop, after Ctrl-C to pytest and after SIGKILL of pytest. Skips,
+saying why, only where no SGLang CPU environment can be built (an AVX-512 CPU without the kernel folder).
 """
 
 from __future__ import annotations
@@ -40,7 +41,6 @@ from sglperf.testing.neighbours import foreign_spinners
 from .cpu_tier import (
     MARKER_ENV,
     ROOT,
-    TINY_CPU,
     TINY_MODELS_ENV,
     cpu_setup,
     marked_processes,
@@ -76,12 +76,13 @@ class Plain:
     """The plain variant's real server, started once for this module."""
 
     def __init__(self, tmp: Path):
-        self.python, models = cpu_setup()
+        self.setup = cpu_setup()
+        self.python, models = self.setup.python, self.setup.models
         self.marker = new_marker()
         self.saved = {k: os.environ.get(k) for k in (TINY_MODELS_ENV, MARKER_ENV)}
         os.environ[TINY_MODELS_ENV] = str(models)
         os.environ[MARKER_ENV] = self.marker  # inherited by the server and every child it starts
-        self.deployment: Deployment = load(TINY_CPU)
+        self.deployment: Deployment = load(self.setup.deployment)
         self.variant = self.deployment.variant("plain")
         self.preflight = PreflightSession(lambda: self.python, lambda m: print(m, file=sys.stderr))
         options = LiveOptions(
@@ -124,8 +125,9 @@ def plain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plain]:
 def test_it_is_a_real_sglang_server_on_the_cpu(plain: Plain) -> None:
     facts = plain.running.facts
     assert not facts.emulated and facts.device == "cpu" and facts.version == "0.5.23"
-    # SGLang's CPU serving path; on a CPU without AMX the shim keeps SGLang on it (see cpu_shim.py).
-    assert facts.effective["attention_backend"] == "intel_amx"
+    # SGLang's CPU serving path (on a CPU without AMX the shim keeps SGLang on it, see cpu_shim.py), or
+    # its torch_native fallback without a native kernel.
+    assert facts.effective["attention_backend"] == plain.setup.attention_backend
     assert "emulated" not in facts.effective
     # SGLang starts a scheduler and a detokenizer beside the launcher: teardown must find them all.
     assert plain.running.server.proc.pid in plain.sessions  # the launcher leads a session (the probe another)
@@ -147,7 +149,13 @@ def test_args_saying_on_without_a_captured_decode_graph_fail_with_the_evidence(p
     facts = plain.running.facts
     as_gpu_args = dataclasses.replace(facts, effective={k: v for k, v in facts.effective.items() if k != "device"})
     (verdict,) = live_evidence.check(
-        "tiny-cpu", "plain", {DECODE_CUDA_GRAPH: True}, as_gpu_args, "", config=plain.deployment.hf_config(), tp=1
+        plain.deployment.key,
+        "plain",
+        {DECODE_CUDA_GRAPH: True},
+        as_gpu_args,
+        "",
+        config=plain.deployment.hf_config(),
+        tp=1,
     )
     assert verdict.status == Status.FAIL and verdict.actual == "on in args, no graph captured"
     assert "internal_states[0].decode_cuda_graph_bs = []" in verdict.detail
@@ -158,7 +166,8 @@ def test_baseline_recorded_then_compared_as_cpu_numbers(plain: Plain) -> None:
     recorded = plain.live.measure(plain.deployment, plain.variant, workload, 1)
     path = plain.live.baseline_path(plain.deployment, plain.variant, emulated=False, device="cpu")
     assert recorded.baseline_status == BaselineStatus.RECORDED and recorded.baseline == str(path)
-    assert path.parts[-4:] == ("cpu", "cpu-avx512", "tiny-cpu", "plain.json") and path.is_file()
+    runner = plain.deployment.runner.name
+    assert path.parts[-4:] == ("cpu", runner, plain.deployment.key, "plain.json") and path.is_file()
     assert CPU_NOTE in recorded.notes and not recorded.emulated
     assert recorded.provenance.kv_pool_tokens, "the real server's KV pool belongs in provenance"
     plain.live.options = dataclasses.replace(plain.live.options, update_baselines=False)
@@ -167,7 +176,8 @@ def test_baseline_recorded_then_compared_as_cpu_numbers(plain: Plain) -> None:
     assert {c.metric for c in compared.comparisons} >= {"decode_tok_s", "ttft_s"}
     assert recorded.host is not None and compared.host is not None  # counted, whatever this box is doing
     # On a CPU without AMX the effective args still say intel_amx: the shim's doing, and every record says so.
-    assert (AMX_NOTE in compared.notes) == ("amx_tile" not in envs.cpu_flags()), compared.notes
+    shimmed = plain.setup.kernel == "sgl-kernel" and "amx_tile" not in envs.cpu_flags()
+    assert (AMX_NOTE in compared.notes) == shimmed, compared.notes
 
 
 def test_a_second_start_has_the_same_effective_args_digest(plain: Plain, tmp_path: Path) -> None:
@@ -204,18 +214,18 @@ def test_a_busy_neighbour_is_named_not_blamed_on_sglang(plain: Plain) -> None:
 
 def _pytest_until_healthy(tmp: Path) -> tuple[subprocess.Popen[bytes], str, frozenset[int]]:
     """`pytest` on the plain variant's live items, as a user runs it, until its server is healthy."""
-    python, models = cpu_setup()
+    setup = cpu_setup()
     marker = new_marker()
     results = tmp / "results"
-    env = {**os.environ, TINY_MODELS_ENV: str(models), MARKER_ENV: marker}
+    env = {**os.environ, TINY_MODELS_ENV: str(setup.models), MARKER_ENV: marker}
     cmd = [
         sys.executable,
         "-m",
         "pytest",
-        str(TINY_CPU),
+        str(setup.deployment),
         "-k",
-        "tiny-cpu-plain and live",
-        f"--sglang-python={python}",
+        f"{load(setup.deployment).key}-plain and live",
+        f"--sglang-python={setup.python}",
         f"--results-dir={results}",
         "-p",
         "no:cacheprovider",

@@ -51,7 +51,12 @@ ALLOWED = {
 }
 # The internal_states fields the suite reads, compared whatever ALLOWED says about the rest.
 READ_STATE_FIELDS = ("memory_usage", "decode_cuda_graph_bs", "decode_cuda_graph_memory_gb", "last_gen_throughput")
-CASES = {"plain": (TINY_CPU, "plain"), "nextn": (TINY_CPU_MTP, "nextn")}
+# The plain case on whatever serves on this CPU (cpu_setup); NEXTN only with SGLang's CPU kernel.
+CASES: dict[str, tuple[Path | None, str]] = {"plain": (None, "plain"), "nextn": (TINY_CPU_MTP, "nextn")}
+NO_SPECULATIVE_WITHOUT_KERNEL = (
+    "without SGLang's CPU kernel SGLang 0.5.23 refuses speculative decoding on the CPU (\"EAGLE is not "
+    'supported in decode attention backend torch_native", speculative/draft_utils.py)'
+)
 
 
 def shape(value: Any, path: str = "") -> set[str]:
@@ -209,8 +214,13 @@ def _session(python: str, results: Path, emulator: bool) -> tuple[PreflightSessi
 
 @pytest.fixture(scope="module", params=list(CASES))
 def sides(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sides]:
-    python, models = cpu_setup()
+    setup = cpu_setup()
+    python, models = setup.python, setup.models
     path, variant_id = CASES[request.param]
+    if path is None:
+        path = setup.deployment
+    elif setup.kernel != "sgl-kernel":
+        pytest.skip(f"{NO_SPECULATIVE_WITHOUT_KERNEL}, and {envs.cpu_kernel_problem()}")
     saved = {k: os.environ.get(k) for k in (TINY_MODELS_ENV, MARKER_ENV)}
     os.environ[TINY_MODELS_ENV] = str(models)
     os.environ[MARKER_ENV] = new_marker()

@@ -62,6 +62,17 @@ def test_exit_during_startup_fails_fast_with_log_tail(tmp_path: Path) -> None:
     assert not server.our_processes()
 
 
+def test_a_server_killed_by_a_signal_says_which_and_why(tmp_path: Path) -> None:
+    """A native module with an instruction this CPU lacks kills the server before Python can say anything."""
+    with pytest.raises(ServerStartError) as excinfo:
+        launch(spec(tmp_path, startup_s=1.0, exit_during_startup=-int(signal.SIGILL)))
+    message = str(excinfo.value)
+    assert "server killed by SIGILL (Illegal instruction): likely a native module uses instructions this CPU lacks" in (
+        message
+    )
+    assert not server.our_processes()
+
+
 def test_never_healthy_hits_the_deadline_with_progress(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(server, "PROGRESS_EVERY_S", 0.5)
     messages: list[str] = []

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from sglperf.model import progress
+from sglperf.model.deployment import RunnerProfile
 from sglperf.sglang import envs
 
 METADATA = """\
@@ -282,3 +284,72 @@ def test_the_cpu_kernel_needs_avx512_not_amx() -> None:
     problem = envs.cpu_kernel_problem(HASWELL)
     assert problem is not None and "lacks avx512f, avx512bw, avx512vl, avx512dq, avx512cd" in problem
     assert "no /proc/cpuinfo flags" in (envs.cpu_kernel_problem("") or "")
+
+
+@pytest.mark.parametrize(
+    ("cpuinfo", "kind"),
+    [
+        (SAPPHIRE_RAPIDS, "AVX-512 with AMX"),
+        (ZEN4, "AVX-512 without AMX"),
+        (HASWELL, "AVX2 without AVX-512"),
+        ("flags\t\t: fpu sse sse2\n", "no AVX2"),
+        ("", "a CPU of unknown kind (no /proc/cpuinfo flags)"),
+    ],
+)
+def test_the_three_cpu_kinds_are_named(cpuinfo: str, kind: str) -> None:
+    assert envs.cpu_kind(envs.cpu_flags(cpuinfo)) == kind
+
+
+def test_simulated_cpu_flags_win_over_proc_cpuinfo(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(envs.CPU_FLAGS_ENV, "fpu sse avx2 fma")
+    assert envs.cpu_flags() == {"fpu", "sse", "avx2", "fma"}
+    assert envs.cpu_kind() == "AVX2 without AVX-512"
+    assert "lacks avx512f" in (envs.runner_cpu_problem("sgl-kernel") or "")
+    assert envs.runner_cpu_problem("torch-native") is None  # no native code: any x86-64 CPU
+
+
+def _managed_python(root: Path, name: str) -> Path:
+    python = root / "envs" / name / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.touch()
+    return python
+
+
+def test_a_cpu_runner_of_the_kernel_on_a_cpu_without_avx512_resolves_with_the_release_env_and_says_so_once(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Never the environment holding SGLang's CPU kernel: importing it there would kill the probe."""
+    monkeypatch.setenv("SGLPERF_HOME", str(tmp_path))
+    monkeypatch.setenv(envs.CPU_FLAGS_ENV, "fpu sse avx2 fma")
+    monkeypatch.setattr(progress, "_SAID", set())
+    monkeypatch.setattr(envs, "ensure_cpu_env", lambda *a, **k: pytest.fail("no CPU environment may be built"))
+    python = str(_managed_python(tmp_path, "sglang-0.5.23"))
+    runner = RunnerProfile(name="cpu-avx512", device="cpu")
+    said: list[str] = []
+    assert envs.python_for_runner(python, runner, said.append) == python
+    assert envs.python_for_runner(python, runner, said.append) == python
+    assert said == [
+        "CPU runner 'cpu-avx512': resolved with SGLang's CPU kernel stubbed, not loaded (this CPU lacks avx512f, "
+        "avx512bw, avx512vl, avx512dq, avx512cd; the kernel is built for AVX-512): its attention backend is this "
+        "CPU's, not the runner's"
+    ]
+
+
+def test_gpu_runners_and_foreign_interpreters_are_used_as_given(tmp_path: Path) -> None:
+    gpu = RunnerProfile(
+        name="a6000", gpu_count=2, gpu_name="NVIDIA RTX A6000", compute_capability="8.6", memory_gib=48.0
+    )
+    assert envs.python_for_runner("/opt/sglang/bin/python", gpu) == "/opt/sglang/bin/python"
+    cpu = RunnerProfile(name="cpu", device="cpu", cpu_kernel="torch-native")
+    assert envs.python_for_runner("/opt/sglang/bin/python", cpu) == "/opt/sglang/bin/python"
+
+
+def test_each_kernel_has_its_own_cpu_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("SGLPERF_HOME", str(tmp_path))
+    assert envs.cpu_env_for("0.5.23").path.name == "sglang-0.5.23-cpu"
+    assert envs.cpu_env_for("0.5.23", "torch-native").path.name == "sglang-0.5.23-cpu-native"
+    # Neither is taken for a release environment, nor built by python_for_runner when given as the python.
+    for name in ("sglang-0.5.23-cpu", "sglang-0.5.23-cpu-native"):
+        python = str(_managed_python(tmp_path, name))
+        assert envs.python_for_runner(python, RunnerProfile(name="c", device="cpu")) == python
+    assert [e.version for e in envs.list_envs()] == []

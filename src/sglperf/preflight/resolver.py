@@ -26,7 +26,7 @@ from filelock import FileLock
 from sglperf.model.deployment import RunnerProfile
 from sglperf.model.files import write_text_atomic
 from sglperf.model.process_exit import describe_exit
-from sglperf.model.progress import Progress, silent
+from sglperf.model.progress import Progress, say_once, silent
 from sglperf.model.resolution import LogLine, ModelFacts, Resolution, SGLangError, Write
 from sglperf.sglang import envs
 from sglperf.sglang.intents import Option, ParserInfo
@@ -308,9 +308,9 @@ class Resolver:
             worker = _Worker(self.python, self.profile, self._never_import)
             kept_out = worker.hello.get("kept_from_import") or []
             if kept_out:
-                self._progress(
-                    f"preflight with {self.python}: {', '.join(kept_out)} stubbed, not imported: "
-                    f"{envs.cpu_kernel_problem()}"
+                say_once(
+                    self._progress,
+                    f"preflight: {', '.join(kept_out)} stubbed, not imported: {envs.cpu_kernel_problem()}",
                 )
             error = worker.hello.get("error")
             if error:

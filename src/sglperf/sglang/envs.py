@@ -30,7 +30,7 @@ from packaging.requirements import Requirement
 from packaging.version import InvalidVersion, Version
 
 from sglperf.model.deployment import CpuKernel, RunnerProfile
-from sglperf.model.progress import Progress, silent
+from sglperf.model.progress import Progress, say_once, silent
 from sglperf.sglang.server_api import BENCH_SERVING_MODULES
 
 TORCH_SPEC = ("torch==2.14.1", "torchvision==0.29.1")
@@ -449,9 +449,6 @@ def ensure_cpu_env(
     return env
 
 
-_SAID_STUBBED: set[str] = set()  # runner names whose stubbed kernel was said this process
-
-
 def python_for_runner(python: str, runner: RunnerProfile, progress: Progress = silent) -> str:
     """The interpreter for a runner profile. A managed release's CPU runner uses that release's CPU
     environment for its kernel, where this CPU can load it; any other interpreter is used as given."""
@@ -473,12 +470,11 @@ def python_for_runner(python: str, runner: RunnerProfile, progress: Progress = s
         missing = _kernel_flags_missing()
         if missing:
             # Importing the kernel here would kill the probe (SIGILL): resolve with it stubbed instead.
-            if runner.name not in _SAID_STUBBED:
-                _SAID_STUBBED.add(runner.name)
-                progress(
-                    f"CPU runner {runner.name!r}: resolved with SGLang's CPU kernel stubbed, not loaded (this CPU "
-                    f"{missing}; the kernel is built for AVX-512): its attention backend is this CPU's, not the runner's"
-                )
+            say_once(
+                progress,
+                f"CPU runner {runner.name!r}: resolved with SGLang's CPU kernel stubbed, not loaded (this CPU "
+                f"{missing}; the kernel is built for AVX-512): its attention backend is this CPU's, not the runner's",
+            )
             return python
         if not cpu_kernel_dir().is_dir():
             progress(

@@ -58,7 +58,8 @@ class EmulatorConfig:
     shared_memory_bytes: int = 0
     # Faults (acted on in faults.py).
     never_healthy: bool = False
-    exit_during_startup: int | None = None  # exit code, after startup_s / 2, never healthy
+    # after startup_s / 2, never healthy: an exit code, or -N to be killed by signal N (subprocess's convention)
+    exit_during_startup: int | None = None
     # Token-count faults act per request once it has produced that many tokens (a chunk is cut
     # there); crash and stall also hit non-streaming requests, malformed JSON only streams.
     crash_after_tokens: int | None = None  # os._exit(1)
@@ -78,8 +79,8 @@ class EmulatorConfig:
         if self.stream_interval < 1:
             raise ConfigError(f"stream_interval must be >= 1, got {self.stream_interval}")
         code = self.exit_during_startup
-        if code is not None and not 0 <= code <= 255:
-            raise ConfigError(f"exit_during_startup must be an exit code 0..255, got {code}")
+        if code is not None and not -64 <= code <= 255:
+            raise ConfigError(f"exit_during_startup must be an exit code 0..255 or a signal -1..-64, got {code}")
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> EmulatorConfig:
@@ -112,13 +113,17 @@ class EmulatorConfig:
         return cls.from_mapping(data)
 
 
+SIGNED_FIELDS = frozenset({"exit_during_startup"})  # checked for range in __post_init__
+
+
 def _check_type(name: str, type_: str, value: Any) -> None:
     is_int = isinstance(value, int) and not isinstance(value, bool)
+    signed = name in SIGNED_FIELDS
     ok = {
         "bool": isinstance(value, bool),
         "int": is_int and value >= 0,
         "float": (is_int or isinstance(value, float)) and value >= 0,
-        "int | None": value is None or (is_int and value >= 0),
+        "int | None": value is None or (is_int and (signed or value >= 0)),
         "tuple[str, ...]": isinstance(value, tuple) and all(isinstance(v, str) for v in value),
     }.get(type_)
     if ok is None:

@@ -8,6 +8,7 @@ token-count faults of one request (``crash_after_tokens``, ``stall_after_tokens`
 from __future__ import annotations
 
 import os
+import signal
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,15 +28,17 @@ class Stalled(Exception):
 
 
 def exit_if_startup_fails(config: EmulatorConfig) -> None:
-    """``exit_during_startup``: log the failure as SGLang's scheduler would, then exit with that code."""
-    if config.exit_during_startup is None:
+    """``exit_during_startup``: log the failure as SGLang's scheduler would, then exit with that code (or, when
+    negative, die by that signal, as a native module with an illegal instruction does: no Python handler runs)."""
+    code = config.exit_during_startup
+    if code is None:
         return
-    log(
-        f"Scheduler hit an exception: RuntimeError: emulated startup failure "
-        f"(exit_during_startup={config.exit_during_startup})",
-        rank=True,
-    )
-    os._exit(config.exit_during_startup)
+    log(f"Scheduler hit an exception: RuntimeError: emulated startup failure (exit_during_startup={code})", rank=True)
+    if code < 0:
+        # To this thread, so it is delivered before the next line (Python leaves SIGILL, SIGSEGV, ... at their
+        # default action: the whole process dies, as with a native fault).
+        signal.pthread_kill(threading.get_ident(), -code)
+    os._exit(code)
 
 
 def never_healthy(config: EmulatorConfig) -> bool:
