@@ -64,6 +64,14 @@ BAD_FILES = {
         {"sm_count = 84\n": "sm_count = 84\nthresholds = { tok_s = 0.5 }\n"},
         "runner.thresholds: unknown metric 'tok_s'; allowed: accept_length",
     ),
+    "cpu kernel on a GPU runner": (
+        {"sm_count = 84\n": 'sm_count = 84\ncpu_kernel = "torch-native"\n'},
+        'runner: cpu_kernel: only a CPU runner (device = "cpu") has one',
+    ),
+    "unknown cpu kernel": (
+        {"sm_count = 84\n": 'sm_count = 84\ncpu_kernel = "avx2"\n'},
+        "runner.cpu_kernel: Input should be 'sgl-kernel' or 'torch-native'",
+    ),
     "missing prompt set": (
         {'prompts = "../data/prompts/code.jsonl"': 'prompts = "../data/prompts/nope.jsonl"'},
         "workloads[1].prompts:",

@@ -54,8 +54,8 @@ READ_STATE_FIELDS = ("memory_usage", "decode_cuda_graph_bs", "decode_cuda_graph_
 # The plain case on whatever serves on this CPU (cpu_setup); NEXTN only with SGLang's CPU kernel.
 CASES: dict[str, tuple[Path | None, str]] = {"plain": (None, "plain"), "nextn": (TINY_CPU_MTP, "nextn")}
 NO_SPECULATIVE_WITHOUT_KERNEL = (
-    "without SGLang's CPU kernel SGLang 0.5.23 refuses speculative decoding on the CPU (\"EAGLE is not "
-    'supported in decode attention backend torch_native", speculative/draft_utils.py)'
+    "NEXTN needs SGLang's CPU kernel: without it SGLang 0.5.23 refuses speculative decoding on the CPU "
+    '("EAGLE is not supported in decode attention backend torch_native")'
 )
 
 
@@ -220,7 +220,7 @@ def sides(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
     if path is None:
         path = setup.deployment
     elif setup.kernel != "sgl-kernel":
-        pytest.skip(f"{NO_SPECULATIVE_WITHOUT_KERNEL}, and {envs.cpu_kernel_problem()}")
+        pytest.skip(f"{NO_SPECULATIVE_WITHOUT_KERNEL}, and this CPU {envs.kernel_flags_missing()}")
     saved = {k: os.environ.get(k) for k in (TINY_MODELS_ENV, MARKER_ENV)}
     os.environ[TINY_MODELS_ENV] = str(models)
     os.environ[MARKER_ENV] = new_marker()

@@ -330,7 +330,7 @@ def cpu_kind(flags: set[str] | None = None) -> str:
     return "AVX2 without AVX-512" if "avx2" in flags else "no AVX2"
 
 
-def _kernel_flags_missing(cpuinfo: str | None = None) -> str | None:
+def kernel_flags_missing(cpuinfo: str | None = None) -> str | None:
     """What this CPU lacks of what SGLang's CPU kernel needs ("lacks avx512f, ..."), or None."""
     flags = cpu_flags(cpuinfo)
     missing = [f for f in CPU_KERNEL_FLAGS if f not in flags]
@@ -341,7 +341,7 @@ def _kernel_flags_missing(cpuinfo: str | None = None) -> str | None:
 
 def cpu_kernel_problem(cpuinfo: str | None = None) -> str | None:
     """Why SGLang's CPU kernel cannot run on this CPU, or None."""
-    missing = _kernel_flags_missing(cpuinfo)
+    missing = kernel_flags_missing(cpuinfo)
     if missing is None:
         return None
     return (
@@ -467,7 +467,7 @@ def python_for_runner(python: str, runner: RunnerProfile, progress: Progress = s
         return python
     kernel = runner.kernel
     if kernel == "sgl-kernel":
-        missing = _kernel_flags_missing()
+        missing = kernel_flags_missing()
         if missing:
             # Importing the kernel here would kill the probe (SIGILL): resolve with it stubbed instead.
             say_once(
