@@ -67,7 +67,8 @@ def test_pytest_items_ids_and_failure_message(pytester: pytest.Pytester, sglang_
     result = pytester.runpytest(
         "-m", "preflight", "-k", "qwen36", f"--sglang-python={sglang_python(OLD_SGLANG)}", "-rA"
     )
-    result.assert_outcomes(passed=10, failed=4, warnings=2)
+    # 4 of the passes: overlap_schedule, kept on by 0.5.13 for every variant
+    result.assert_outcomes(passed=14, failed=4, warnings=2)
     result.stdout.fnmatch_lines(
         [
             "*because: SGLang rule _handle_piecewise_cuda_graph*Multimodal*",

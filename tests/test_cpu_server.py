@@ -25,7 +25,7 @@ import pytest
 from sglperf.judge import live_evidence
 from sglperf.measure.samples import HostBusyError
 from sglperf.model.deployment import Deployment, load
-from sglperf.model.intent_names import DECODE_CUDA_GRAPH
+from sglperf.model.intent_names import DECODE_CUDA_GRAPH, OVERLAP_SCHEDULE
 from sglperf.model.measurement import BaselineStatus
 from sglperf.model.verdict import Status
 from sglperf.runtime import shm_ledger
@@ -136,7 +136,11 @@ def test_it_is_a_real_sglang_server_on_the_cpu(plain: Plain) -> None:
 
 def test_live_items_and_drift_pass(plain: Plain) -> None:
     verdicts = plain.live.verdicts(plain.deployment, plain.variant)
-    assert {v.intent: v.status for v in verdicts} == {"prefill_cuda_graph": Status.PASS, DECODE_CUDA_GRAPH: Status.PASS}
+    assert {v.intent: v.status for v in verdicts} == {
+        "prefill_cuda_graph": Status.PASS,
+        DECODE_CUDA_GRAPH: Status.PASS,
+        OVERLAP_SCHEDULE: Status.PASS,
+    }
     decode = next(v for v in verdicts if v.intent == DECODE_CUDA_GRAPH)
     assert "decode_cuda_graph_bs = []" in decode.detail and decode.tier == "live"
     drift, lines = plain.live.drift(plain.deployment, plain.variant)

@@ -33,7 +33,7 @@ BAD_FILES = {
     "unknown top-level field": ({"[model]": "colour = 'red'\n[model]"}, "colour: unknown field"),
     "unknown intent in expect": (
         {"prefill_cuda_graph = true\ndecode": "prefil_cuda_graph = true\ndecode"},
-        "expect: unknown intent 'prefil_cuda_graph'; allowed: decode_cuda_graph, prefill_cuda_graph",
+        "expect: unknown intent 'prefil_cuda_graph'; allowed: decode_cuda_graph, overlap_schedule, prefill_cuda_graph",
     ),
     "unknown intent in a variant": (
         {"request = { prefill_cuda_graph = true }\n\n": "request = { piecewise = true }\n\n"},

@@ -148,3 +148,18 @@ def test_every_emitted_flag_is_accepted_by_the_parser(p: ParserInfo, value: bool
 def test_abbreviations_resolve_like_argparse() -> None:
     assert BACKENDS.canonical("--tp") == "--tp-size"
     assert BACKENDS.canonical("--language") is None  # ambiguous
+
+
+def test_overlap_schedule_is_read_negated_and_asked_off_only() -> None:
+    overlap = INTENTS["overlap_schedule"]
+    assert overlap.read({"disable_overlap_schedule": False}).value is True
+    off = overlap.read({"disable_overlap_schedule": True})
+    assert off.value is False and off.source == "disable_overlap_schedule = True"
+    with_flag = parser("0.5.23", "--disable-overlap-schedule")
+    # On is the default and no release has a flag that forces it: SGLang's own rules decide.
+    assert overlap.flags(True, with_flag, QWEN) == []
+    assert overlap.flags(False, with_flag, QWEN) == ["--disable-overlap-schedule"]
+    with pytest.raises(IntentNotExpressible, match="has no --disable-overlap-schedule"):
+        overlap.flags(False, BACKENDS, QWEN)
+    with pytest.raises(KeyError, match="disable_overlap_schedule not in the effective args"):
+        overlap.read({})

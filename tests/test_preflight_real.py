@@ -112,3 +112,32 @@ def test_second_run_is_served_from_cache_without_starting_sglang(sglang_python, 
     # A different runner profile is a different question.
     other = preflight.Resolver(python, d.runner.model_copy(update={"gpu_name": "NVIDIA H100"}), cache_dir=tmp_path)
     assert other._cached_resolution("x", [], {}) is None and other._key_base != second._key_base
+
+
+# Where each release's own source turns the overlap scheduler off for pipeline parallelism.
+PIPELINE_OVERLAP_RULES = {
+    OLD_SGLANG: "_handle_pipeline_parallelism",  # 0.5.13: ServerArgs.__post_init__ (server_args.py)
+    "0.5.19": "_pipeline_parallel_overlap_disable",  # 0.5.19+: a registered post-process (arg_groups/overrides.py)
+    NEW_SGLANG: "_pipeline_parallel_overlap_disable",
+}
+
+
+@pytest.mark.parametrize("version", sorted(PIPELINE_OVERLAP_RULES))
+def test_overlap_schedule_is_on_for_qwen36_and_off_with_the_rule_that_turned_it_off(
+    version: str, sglang_python, deployment_dir: Path
+) -> None:
+    """Every shipped qwen36 variant keeps the overlap scheduler; one with two pipeline stages loses it,
+    and the verdict names the release's own rule ("Pipeline parallelism is incompatible with overlap")."""
+    text = QWEN36.read_text().replace("tp_size = 2", "tp_size = 1")
+    text = text.replace('id = "mtp1"', 'id = "mtp1"\nflags = ["--pp-size", "2"]')
+    path = deployment_dir / "deployments" / "qwen36.toml"
+    path.write_text(text)
+    verdicts = _verdicts(path, sglang_python(version), deployment_dir / "cache")
+    for variant in ("mtp3-defaults", "mtp3-prefill-graph", "mtp3-full"):
+        kept = verdicts[(variant, "overlap_schedule")]
+        assert kept.status == Status.PASS and kept.actual == "on", kept.message()
+    lost = verdicts[("mtp1", "overlap_schedule")]
+    assert lost.status == Status.FAIL and lost.actual == "off" and lost.sglang_version == version, lost.message()
+    assert "disable_overlap_schedule = True" in lost.detail, lost.message()
+    rule = PIPELINE_OVERLAP_RULES[version]
+    assert any(rule in r for r in lost.reasons), lost.reasons

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from sglperf.model.intent_names import (
     DECODE_CUDA_GRAPH,
     INTENT_NAMES,
+    OVERLAP_SCHEDULE,
     PREFILL_CUDA_GRAPH,
     SINGLE_BATCH_OVERLAP,
     SPECULATIVE,
@@ -264,6 +265,35 @@ class DecodeCudaGraph(_Boolean):
         return _read_graph(effective, self.BACKEND_FIELD, self.BACKEND_OFF, ((self.DISABLE_FIELD, True),))
 
 
+class OverlapSchedule(_Boolean):
+    """The overlap scheduler: the CPU schedules the next batch while the GPU runs this one, on every decode
+    step. On by default in every release (``disable_overlap_schedule = False``); SGLang turns it off by
+    itself under rules that depend on the release, the speculative algorithm, the model's architecture
+    (e.g. a mamba cache without its extra buffer), environment variables, the device and the parallelism.
+    Preflight names the rule that did it, from the release's own resolution. No release has a flag that
+    forces it on: a request for it spells nothing, and the verdict says whether SGLang keeps it."""
+
+    name = OVERLAP_SCHEDULE
+    FLAG = "--disable-overlap-schedule"
+    FIELD = "disable_overlap_schedule"
+    fields = (FIELD,)
+    log_keywords = ("overlap schedule", "overlap scheduler", "overlap_schedule")
+    known_flags = {FLAG: False}
+    flag_names = (FLAG,)
+
+    def flags(self, value: Any, parser: ParserInfo, architectures: tuple[str, ...]) -> list[str]:
+        if value:
+            return []  # the default; what turns it off are SGLang's own rules, which no flag overrides
+        if not parser.has(self.FLAG):
+            raise IntentNotExpressible(f"SGLang {parser.version} has no {self.FLAG}")
+        return [self.FLAG]
+
+    def read(self, effective: Mapping[str, Any], model: ModelFacts | None = None) -> Reading:
+        if self.FIELD not in effective:
+            raise KeyError(f"{self.FIELD} not in the effective args")
+        return Reading(not effective[self.FIELD], f"{self.FIELD} = {effective[self.FIELD]}")
+
+
 class SingleBatchOverlap(_Boolean):
     """Single-batch overlap. SGLang reads the field only in its MoE code (`initialize_moe_config` in
     layers/moe/utils.py, and the MoE / DeepEP layers of deepseek_v2, glm4_moe, ...; 0.5.13 to 0.5.23),
@@ -482,6 +512,7 @@ class Speculative:
 _IMPLEMENTATIONS: tuple[Intent, ...] = (
     PrefillCudaGraph(),
     DecodeCudaGraph(),
+    OverlapSchedule(),
     SingleBatchOverlap(),
     VisionWeightsSkipped(),
     Speculative(),
