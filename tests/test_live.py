@@ -20,7 +20,7 @@ pytest_plugins = ["pytester"]
 # qwen36 without mtp3-full's single-batch overlap request, which is inert (red) by design: here every
 # item can pass. (variant, intent) pairs + one live-vs-preflight item per variant.
 PASSABLE = QWEN36.read_text().replace("single_batch_overlap = true, ", "")
-ITEMS_PER_RUN = 13 + 4
+ITEMS_PER_RUN = 17 + 4
 
 
 @pytest.fixture
@@ -100,7 +100,7 @@ def test_server_exiting_during_startup_fails_every_item_of_the_variant_with_its_
     result = project(
         "--emulator", "--emulator-config", json.dumps({"exit_during_startup": 3, "startup_s": 1.0}), "-k", "mtp1"
     )
-    result.assert_outcomes(failed=4)
+    result.assert_outcomes(failed=5)
     result.stdout.fnmatch_lines(["*server exited with code 3 during startup*", "*TEST DOUBLE*"])
     # One start attempt per variant, not one per item.
     assert (project.path / "results" / "servers" / "qwen36-mtp1.log").read_text().count("started at") == 1
@@ -109,23 +109,23 @@ def test_server_exiting_during_startup_fails_every_item_of_the_variant_with_its_
 def test_server_never_healthy_fails_within_its_deadline(project) -> None:
     project.write(PASSABLE.replace("startup_timeout_s = 1800", "startup_timeout_s = 3"))
     result = project("--emulator", "--emulator-config", json.dumps({"never_healthy": True}), "-k", "mtp1")
-    result.assert_outcomes(failed=4)
+    result.assert_outcomes(failed=5)
     result.stdout.fnmatch_lines(["*not healthy within 3 s (deployment launch.startup_timeout_s)*"])
 
 
 def test_server_info_errors_name_the_server_and_endpoint(project) -> None:
     result = project("--emulator", "--emulator-config", json.dumps({"http_5xx_paths": ["/server_info"]}), "-k", "mtp1")
-    result.assert_outcomes(failed=4)
+    result.assert_outcomes(failed=5)
     result.stdout.fnmatch_lines(["*http://127.0.0.1:*/server_info answered 500*"])
 
 
 def test_runner_mismatch_skips_unless_told_to_proceed(project, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SGLPERF_SIMULATED_GPUS", "2xNVIDIA H100 80GB HBM3:80")
     result = project("--emulator", "-k", "mtp1")
-    result.assert_outcomes(skipped=4)
+    result.assert_outcomes(skipped=5)
     result.stdout.fnmatch_lines(["*not runner profile '2xA6000'*pass --ignore-runner-mismatch*"])
     result = project("--emulator", "--ignore-runner-mismatch", "-k", "mtp1")
-    result.assert_outcomes(passed=4)
+    result.assert_outcomes(passed=5)
     # It really proceeded on the mismatched GPUs: a server started on the simulated H100s.
     result.stdout.fnmatch_lines(["*sglperf GPUs: simulated (2xNVIDIA H100 80GB HBM3:80)*"])
     log = (project.path / "results" / "servers" / "qwen36-mtp1.log").read_text()

@@ -142,8 +142,8 @@ def outside_server(project, sglang_python, tmp_path: Path):
 def test_attach_checks_a_running_server_and_leaves_it_running(project, outside_server) -> None:
     url, proc = outside_server
     result = project("r1", "-m", "live", "-k", "qwen36-mtp1", f"--sglang-url={url}")
-    # prefill, decode, speculative, live-vs-preflight, and the examples' live test; structured output skips
-    result.assert_outcomes(passed=5, skipped=1)
+    # prefill, decode, overlap, speculative, live-vs-preflight, and the examples' live test; structured output skips
+    result.assert_outcomes(passed=6, skipped=1)
     result.stdout.fnmatch_lines([f"*attached to {url}*"])
     assert proc.poll() is None, "the attached server was stopped"
     assert not (project.path / "r1" / "servers").exists()  # nothing launched
