@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import queue
+import signal
 import subprocess
 import tempfile
 import threading
@@ -212,10 +213,11 @@ class _Worker:
             ) from None
         if line is None:  # its stdout closed: it ended
             try:
-                ended = describe_exit(self.proc.wait(timeout=10))
+                code: int | None = self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
-                ended = "closed its output"
-            if "SIGILL" in ended:
+                code = None
+            ended = "closed its output" if code is None else describe_exit(code)
+            if code == -signal.SIGILL:  # the instruction sets are what the reader needs next
                 ended += f"; this CPU: {envs.cpu_kind()}"
             tail = self.stderr_tail()
             self.close()
