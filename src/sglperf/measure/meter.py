@@ -76,6 +76,16 @@ class RoundProbe(Protocol):
     def busiest_others(self) -> str: ...
 
 
+class RoundMarks(Protocol):
+    """Told where each round starts and where the workload ends (`sglperf.runtime.log_windows`: what the
+    server logged during each round). ``begin`` comes after the round's cache flush, just before its
+    first request; ``end`` after the server's acceptance has been read, once."""
+
+    def begin(self, index: int) -> None: ...
+
+    def end(self) -> None: ...
+
+
 @dataclass(frozen=True)
 class HostGuard:
     """Drop rounds during which the rest of the machine took more than ``limit`` of its CPU; after a
@@ -286,13 +296,15 @@ async def run_workload(
     model: str = DEFAULT_MODEL,
     on_round: RoundCallback | None = None,
     host: HostGuard | None = None,
+    marks: RoundMarks | None = None,
 ) -> WorkloadResult:
     """Warm up, then up to ``workload.repeats`` rounds over every prompt with ``concurrency`` in flight.
 
     Unless the workload reuses the prefix cache, the cache is flushed before every measured round so
     no round benefits from the previous one (or from the warm-up). ``on_round``, when given, sees the
     result so far after each round (without the server's acceptance, read once at the end) and
-    stops the loop by returning True; without it every round runs. ``host``: see the module docstring.
+    stops the loop by returning True; without it every round runs. ``host``: see the module docstring; ``marks``: see
+    :class:`RoundMarks`.
     """
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
@@ -317,6 +329,8 @@ async def run_workload(
         while len(rounds) < workload.repeats:
             if not workload.reuse_prefix_cache:
                 await session.flush_cache()
+            if marks is not None:
+                marks.begin(r)
             if host is not None:
                 host.probe.start()
             raws = await _bounded(limit, [job(p, f"{workload.id}/r{r}/{p.id}", r) for p in items])
@@ -339,6 +353,8 @@ async def run_workload(
                 if on_round(partial):
                     break
         server_accept, server_note = await session.server_accept_length()
+        if marks is not None:
+            marks.end()
     finally:
         await session.close()
     result = _result(
@@ -423,6 +439,7 @@ def measure(
     model: str = DEFAULT_MODEL,
     on_round: RoundCallback | None = None,
     host: HostGuard | None = None,
+    marks: RoundMarks | None = None,
 ) -> WorkloadResult:
     """Synchronous :func:`run_workload` (runs its own event loop)."""
     return asyncio.run(
@@ -437,5 +454,6 @@ def measure(
             model=model,
             on_round=on_round,
             host=host,
+            marks=marks,
         )
     )

@@ -10,6 +10,7 @@ from enum import Enum
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from sglperf.model.batch_evidence import BatchEvidence
 from sglperf.model.host_load import HostLoadSummary
 from sglperf.model.metrics import MetricOutcome
 
@@ -124,6 +125,7 @@ class MeasurementRecord(BaseModel):
     roofline_note: str | None = None  # why there is no roofline
     host: HostLoadSummary | None = None  # None where it was not counted (host_note says why)
     host_note: str | None = None
+    batches: BatchEvidence | None = None  # what the server's batch log lines say the rounds ran
     skip_reason: str | None = Field(default=None, exclude=True)  # the item skips (policy "skip")
 
     @property

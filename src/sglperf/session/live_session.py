@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -17,24 +18,26 @@ import numpy as np
 from sglperf import preflight
 from sglperf.baselines import regression, roofline, store
 from sglperf.baselines.sequential import SequentialPlan
+from sglperf.judge import batch_evidence, live_evidence
 from sglperf.judge import drift as drift_check
-from sglperf.judge import live_evidence
 from sglperf.measure import meter
 from sglperf.measure.prompts import load_prompts
 from sglperf.measure.samples import WorkloadResult
+from sglperf.model.batch_evidence import BatchEvidence
 from sglperf.model.deployment import Deployment, Variant, Workload
 from sglperf.model.hardware import memory_bandwidth
 from sglperf.model.host_load import DEFAULT_MAX_HOST_LOAD, HostLoadSummary
 from sglperf.model.measurement import BaselineStatus, MeasurementRecord, Provenance, Roofline, Rounds
-from sglperf.model.progress import Progress
+from sglperf.model.progress import Progress, say_once
 from sglperf.model.resolution import ModelFacts
 from sglperf.model.server_facts import ServerFacts
 from sglperf.model.verdict import Verdict
 from sglperf.runtime import gpus, host_probe, provenance, server, server_info
 from sglperf.runtime.attach import AttachedServer, AttachError, DeclaredGpus, attached_profile_problems, read_attached
+from sglperf.runtime.log_windows import RoundLogWindows
 from sglperf.session.handles import ServerHandle, VariantRef
 from sglperf.session.preflight_session import PreflightSession, deployment_key
-from sglperf.sglang import envs, modelsize
+from sglperf.sglang import batch_log, envs, modelsize
 from sglperf.sglang.cpu_shim import AMX_NOTE
 from sglperf.sglang.flags import LaunchPlan, plan
 
@@ -79,6 +82,7 @@ class RunningVariant:
     inventory: gpus.Inventory
     verdicts: list[Verdict] = field(default_factory=list)
     server_notes: tuple[str, ...] = ()  # what every measurement on this server should say about it
+    decode_log_interval: int | None = None  # as launched; None: the release's default, or not ours to set
 
     @property
     def key(self) -> tuple[str, str]:
@@ -184,6 +188,7 @@ class LiveSession:
         check = self.preflight.check(deployment, variant.id)
         release = self.preflight.resolver(deployment).release()
         launch = plan(deployment, variant, release.parser, self._model_path(deployment), deployment.architectures)
+        launch, interval = _with_decode_log_interval(launch, deployment, variant, release.parser.has)
         name = f"{deployment.key}-{variant.id}"
         env = dict(launch.env)
         if self.options.emulator:
@@ -235,6 +240,7 @@ class LiveSession:
             facts,
             gpus.visible_gpus(),
             server_notes=(AMX_NOTE,) if shimmed else (),
+            decode_log_interval=interval,
         )
 
     def _attach(self, deployment: Deployment, variant: Variant) -> RunningVariant:
@@ -399,6 +405,7 @@ class LiveSession:
         )
         limit = self.options.max_host_load or deployment.runner.max_host_load or DEFAULT_MAX_HOST_LOAD
         guard, host_note = self._host_guard(running, limit)
+        windows = None if isinstance(running.server, AttachedServer) else RoundLogWindows(running.server.spec.log_path)
         result = meter.measure(
             running.server.base_url,
             workload,
@@ -408,7 +415,9 @@ class LiveSession:
             chunk_timeout_s=workload.stall_timeout_s,
             on_round=on_round if plan else None,
             host=guard,
+            marks=windows,
         )
+        batches, batch_problems, batch_notes = self._batch_evidence(running, windows, result)
         host = HostLoadSummary.of(
             limit,
             [r.host for r in result.rounds if r.host],
@@ -439,7 +448,7 @@ class LiveSession:
                 plan=plan,
             )
         roof, roof_note = self._roofline(deployment, variant, samples)
-        notes = ([regression.DUMMY_NOTE] if prov.dummy_weights else []) + verdict.notes
+        notes = ([regression.DUMMY_NOTE] if prov.dummy_weights else []) + verdict.notes + batch_notes
         if running.facts.device == "cpu" and not running.facts.emulated:
             notes[:0] = [CPU_NOTE, *running.server_notes]
         if host is not None and (dropped := host.note()):
@@ -460,13 +469,14 @@ class LiveSession:
             baseline_samples=verdict.stored_samples,
             comparisons=[regression.comparison_record(c) for c in verdict.comparisons],
             notes=notes,
-            problems=verdict.problems,
+            problems=verdict.problems + batch_problems,
             changes=verdict.changes,
             rounds=rounds,
             roofline=roof,
             roofline_note=roof_note,
             host=host,
             host_note=host_note,
+            batches=batches,
             skip_reason=verdict.skip_reason,
         )
         out = self.options.results_dir / "measurements" / f"{key}.json"
@@ -474,6 +484,23 @@ class LiveSession:
         written = {**record.model_dump(mode="json"), "result": result.to_record()}
         out.write_text(json.dumps(written, indent=1, sort_keys=True, default=str))
         return record
+
+    def _batch_evidence(
+        self, running: RunningVariant, windows: RoundLogWindows | None, result: WorkloadResult
+    ) -> tuple[BatchEvidence | None, list[str], list[str]]:
+        """What the server logged each measured round ran, judged against the graph intents:
+        (evidence, problems, notes)."""
+        if windows is None:
+            return None, [], ["batch lines not read: the server is attached, its log is not this run's"]
+        measured = {r.round for r in result.rounds}
+        evidence = batch_evidence.collect(str(windows.path), windows.texts(measured), running.decode_log_interval)
+        problems, notes = batch_evidence.judge(evidence, running.deployment.expectations_for(running.variant))
+        if windows.truncated:
+            cut = ", ".join(map(str, windows.truncated))
+            notes.append(f"{windows.path}: rounds {cut} logged over {windows.limit_bytes} bytes; read that much")
+        if batch_evidence.NO_GRAPH_FIELD in notes:
+            say_once(self.progress, f"SGLang {running.facts.version}: {batch_evidence.NO_GRAPH_FIELD}")
+        return evidence, problems, notes
 
     def _host_guard(self, running: RunningVariant, limit: float) -> tuple[meter.HostGuard | None, str | None]:
         """The busy-host check for a measurement, or (None, why it is not made)."""
@@ -568,6 +595,25 @@ class LiveSession:
 
     def close(self) -> None:
         self.stop()
+
+
+def _with_decode_log_interval(
+    launch: LaunchPlan, deployment: Deployment, variant: Variant, release_has: Callable[[str], bool]
+) -> tuple[LaunchPlan, int | None]:
+    """The launch with SGLang's decode log interval set so that every measured round logs decode batches
+    (`sglperf.sglang.batch_log`), and that interval; a deployment's own setting is kept as it is."""
+    flag = batch_log.DECODE_LOG_INTERVAL_FLAG
+    own = next((i for i, token in enumerate(launch.argv) if token.split("=", 1)[0] == flag), None)
+    if own is not None:
+        token = launch.argv[own]
+        value = token.split("=", 1)[1] if "=" in token else (launch.argv[own + 1] if own + 1 < len(launch.argv) else "")
+        return launch, int(value) if value.isdigit() else None
+    if not release_has(flag) or not deployment.workloads:
+        return launch, None
+    spec = deployment.speculative_for(variant)
+    per_step = max(spec.num_draft_tokens, spec.num_steps + 1) if spec else 1
+    interval = batch_log.decode_log_interval_for(min(w.output_len for w in deployment.workloads), per_step)
+    return replace(launch, argv=(*launch.argv, flag, str(interval))), interval
 
 
 def _sequential_plan(workload: Workload, stored: store.Entry) -> tuple[SequentialPlan | None, str]:

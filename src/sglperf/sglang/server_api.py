@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from sglperf.sglang.batch_log import DECODE_LOG_INTERVAL_FIELD
+
 LAUNCH_MODULE = "sglang.launch_server"
 # SGLang's own benchmark client, newest path first: 0.5.23 moved it and warns on the old one
 # ("`sglang.bench_serving` is deprecated and will be removed in a future release; use
@@ -47,5 +49,7 @@ LAUNCH_SPECIFIC_FIELDS = frozenset(
         # kept in provenance instead, and a change beyond noise is noted (baselines.store).
         KV_POOL_TOKENS_FIELD,
         "max_req_input_len",
+        # Set by measurement launches so that every round logs its decode batches (batch_log).
+        DECODE_LOG_INTERVAL_FIELD,
     }
 )

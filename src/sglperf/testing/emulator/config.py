@@ -15,6 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sglperf.sglang.batch_log import (
+    DECODE_LOG_INTERVAL_FIELD,
+    DECODE_LOG_INTERVAL_FLAG,
+    DEFAULT_DECODE_LOG_INTERVAL,
+)
 from sglperf.sglang.flags import API_KEY_FLAG, HOST_FLAG, LOAD_FORMAT_FLAG, MODEL_PATH_FLAG, PORT_FLAG, TP_FLAG
 from sglperf.sglang.intents import INTENTS, DecodeCudaGraph, Speculative
 
@@ -66,6 +71,9 @@ class EmulatorConfig:
     stall_after_tokens: int | None = None  # stop sending, keep the connection open
     http_5xx_paths: tuple[str, ...] = ()  # these paths answer 500
     malformed_json_after_tokens: int | None = None  # one `data: {not json` event, then go on
+    # False: graphs are captured (start-up memory says so) but every batch line says it ran eager, as
+    # in SGLang releases whose decode ran eager with the graph captured.
+    graph_replayed: bool = True
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -153,6 +161,7 @@ class LaunchArgs:
     served_model_name: str | None
     enable_metrics: bool
     disable_cuda_graph: bool
+    decode_log_interval: int
 
 
 def parse_launch_args(argv: list[str] | None = None) -> LaunchArgs:
@@ -169,6 +178,9 @@ def parse_launch_args(argv: list[str] | None = None) -> LaunchArgs:
     parser.add_argument("--served-model-name", dest="served_model_name")
     parser.add_argument("--enable-metrics", dest="enable_metrics", action="store_true")
     parser.add_argument(DecodeCudaGraph.DISABLE_FLAG, dest=DecodeCudaGraph.DISABLE_FIELD, action="store_true")
+    parser.add_argument(
+        DECODE_LOG_INTERVAL_FLAG, dest=DECODE_LOG_INTERVAL_FIELD, type=int, default=DEFAULT_DECODE_LOG_INTERVAL
+    )
     known, _unknown = parser.parse_known_args(argv)  # real validation is SGLang's, in preflight
     return LaunchArgs(**vars(known))
 

@@ -194,8 +194,13 @@ class _Handler(BaseHTTPRequestHandler):
             if req.stream:
                 self._start_stream()
             self._after_tokens(run, 0, req.stream)
-            for chunk in run.chunks:
+            steps = 0
+            for i, chunk in enumerate(run.chunks):
                 sleep_until(run.t0 + chunk.at_s)
+                if i == 0:
+                    state.log_prefill(run)
+                state.log_decode_steps(run, chunk.verify_ct - steps, chunk.end)
+                steps = chunk.verify_ct
                 if req.stream:
                     self._send_events(responder.events(run, chunk))
                 self._after_tokens(run, chunk.end, req.stream)

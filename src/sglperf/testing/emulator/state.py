@@ -25,8 +25,16 @@ from sglperf.testing.emulator.config import (
     graph_on,
     read_architectures,
 )
+from sglperf.testing.emulator.console import decode_batch_line, log, prefill_batch_line
 from sglperf.testing.emulator.faults import TokenFaults
-from sglperf.testing.emulator.timing import Chunk, Plan, chunk_plan, plan_request, speculative_steps
+from sglperf.testing.emulator.timing import (
+    Chunk,
+    Plan,
+    chunk_plan,
+    expected_decode_tok_s,
+    plan_request,
+    speculative_steps,
+)
 
 EOS_TOKEN_ID = 2
 GRAPH_PHASES = ("prefill", "decode", "target_verify", "draft_prefill", "draft_decode", "draft_extend")
@@ -45,6 +53,7 @@ class Stats:
     spec_verify_steps: int = 0
     last_gen_throughput: float = 0.0
     flush_count: int = 0
+    decode_steps: int = 0  # every request's, for the decode batch lines
 
     @property
     def avg_spec_accept_length(self) -> float | None:
@@ -160,6 +169,35 @@ class EmulatorState:
         chunks = chunk_plan(plan, cfg.stream_interval, faults.split_points)
         spec = self.spec_steps is not None
         return Run(uuid.uuid4().hex, t0, req.prompt_tokens, plan, chunks, finish, spec, faults)
+
+    @property
+    def graph_label(self) -> str:
+        return "cpu graph" if self.effective.get("device") == "cpu" else "cuda graph"
+
+    def log_prefill(self, run: Run) -> None:
+        """SGLang's line for the prefill batch of ``run`` (one request per batch here)."""
+        with self.lock:
+            running = self.stats.running - 1
+        ran = self.prefill_graph and self.config.graph_replayed
+        tok_s = run.prompt_tokens / run.plan.prefill_s if run.plan.prefill_s > 0 else 0.0
+        log(prefill_batch_line(run.prompt_tokens, running, self.graph_label, ran, tok_s), rank=self.launch.tp_size > 1)
+
+    def log_decode_steps(self, run: Run, steps: int, tokens: int) -> None:
+        """Count ``steps`` decode steps of ``run`` (``tokens`` generated so far); a line at every
+        ``decode_log_interval``-th step of the server, as SGLang logs them (here per request, not per batch)."""
+        interval = self.launch.decode_log_interval
+        with self.lock:
+            before = self.stats.decode_steps
+            self.stats.decode_steps += steps
+            running = self.stats.running
+        if steps <= 0 or (before + steps) // interval == before // interval:
+            return
+        plan = run.plan
+        accept = (plan.completion_tokens / max(1, plan.verify_steps), run.accept_rate) if run.spec else None
+        ran = self.decode_graph and self.config.graph_replayed
+        tok_s = expected_decode_tok_s(self.config, self.spec_steps)
+        line = decode_batch_line(running, run.prompt_tokens + tokens, accept, self.graph_label, ran, tok_s)
+        log(line, rank=self.launch.tp_size > 1)
 
     def end_run(self, run: Run, completed: bool) -> None:
         plan = run.plan

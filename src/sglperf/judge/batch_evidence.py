@@ -1,0 +1,110 @@
+"""Captured is not used: the measured rounds' batch log lines held against the graph intents.
+
+The live tier proves from start-up memory that a graph was captured; SGLang has shipped releases
+whose decode ran eager with the graph captured (its PR 31273: 1044 vs 2408 tok/s). Each logged batch
+says whether it ran the graph (`sglperf.sglang.batch_log`), so per measured round we count them and:
+
+* an intent expected on whose logged batches of that kind never ran the graph fails, quoting one;
+* an intent expected off whose batches ran it fails the same way (the expectation is wrong);
+* a share between none and all is a note with an eager line quoted: batches larger than the captured
+  sizes run eager by design, so only "never" is a failure;
+* no lines, or no graph field in them, is a note: nothing proven, and never reported as a pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from sglperf.model.batch_evidence import BatchEvidence, RoundBatches
+from sglperf.model.intent_names import DECODE_CUDA_GRAPH, PREFILL_CUDA_GRAPH
+from sglperf.sglang.batch_log import BatchLine, parse_batch_lines
+
+NO_GRAPH_FIELD = "the server's batch lines carry no graph field: whether a graph ran is not proven"
+_INTENT_OF_KIND = {"prefill": PREFILL_CUDA_GRAPH, "decode": DECODE_CUDA_GRAPH}
+_WHY_PREFILL_EAGER = (
+    " (a prefill longer than the captured token sizes runs eager by design: if every prompt is that long, "
+    "shorten the prompts or raise the capture size)"
+)
+
+
+def collect(log: str, windows: Mapping[int, str], interval: int | None) -> BatchEvidence:
+    """The batches logged in each measured round (``windows``: round index -> what the log gained)."""
+    rounds = []
+    quotes: dict[tuple[str, bool], str] = {}
+    label = None
+    for index, text in sorted(windows.items()):
+        lines = parse_batch_lines(text)
+        rounds.append(_round(index, lines))
+        for line in lines:
+            label = label or line.graph_label
+            if line.graph is not None:
+                quotes.setdefault((line.kind, line.graph), line.text)
+    return BatchEvidence(
+        log=log,
+        decode_log_interval=interval,
+        graph_label=label,
+        rounds=rounds,
+        eager_prefill_line=quotes.get(("prefill", False)),
+        graph_prefill_line=quotes.get(("prefill", True)),
+        eager_decode_line=quotes.get(("decode", False)),
+        graph_decode_line=quotes.get(("decode", True)),
+    )
+
+
+def _round(index: int, lines: Sequence[BatchLine]) -> RoundBatches:
+    prefill = [b for b in lines if b.kind == "prefill"]
+    decode = [b for b in lines if b.kind == "decode"]
+    running = [b.running_req for b in lines if b.running_req is not None]
+    queued = [b.queue_req for b in lines if b.queue_req is not None]
+    accept = [b.accept_len for b in decode if b.accept_len is not None]
+    return RoundBatches(
+        round=index,
+        prefill=len(prefill),
+        prefill_graph=sum(1 for b in prefill if b.graph),
+        decode=len(decode),
+        decode_graph=sum(1 for b in decode if b.graph),
+        max_running_req=max(running, default=None),
+        max_queue_req=max(queued, default=None),
+        accept_len=float(np.mean(accept)) if accept else None,
+    )
+
+
+def judge(evidence: BatchEvidence, expectations: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    """(problems, notes): one line each; see the module docstring."""
+    problems: list[str] = []
+    notes: list[str] = []
+    if evidence.graph_label is None:
+        if any(r.prefill or r.decode for r in evidence.rounds):
+            notes.append(NO_GRAPH_FIELD)
+        else:
+            notes.append(f"{evidence.log}: no batch lines in the measured rounds: whether a graph ran is not proven")
+        return problems, notes
+    for kind, intent in _INTENT_OF_KIND.items():
+        batches, ran = evidence.total(kind)
+        expected = expectations.get(intent)
+        eager = getattr(evidence, f"eager_{kind}_line")
+        graph = getattr(evidence, f"graph_{kind}_line")
+        where = f"{batches} {kind} batches logged in {len(evidence.rounds)} measured rounds"
+        if batches == 0:
+            notes.append(f"{intent}: no {kind} batch logged in the measured rounds: not proven")
+        elif expected is True and ran == 0:
+            why = _WHY_PREFILL_EAGER if kind == "prefill" else ""
+            problems.append(
+                f"{intent} expected on, but none of the {where} ran the graph: SGLang logged {_quote(eager)}{why}"
+            )
+        elif expected is False and ran > 0:
+            problems.append(
+                f"{intent} expected off, but {ran} of the {where} ran the graph: SGLang logged {_quote(graph)}"
+            )
+        elif 0 < ran < batches:
+            notes.append(f"{intent}: {ran} of the {where} ran the graph; eager e.g. {_quote(eager)}")
+        else:
+            notes.append(f"{intent}: {'all' if ran else 'none'} of the {where} ran the graph ({evidence.graph_label})")
+    return problems, notes
+
+
+def _quote(line: str | None) -> str:
+    return repr(line) if line else "(no line)"
