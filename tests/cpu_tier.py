@@ -67,6 +67,15 @@ def cpu_setup() -> CpuServerSetup:
     return found
 
 
+def restore_env(saved: dict[str, str | None]) -> None:
+    """Put back environment variables as ``saved`` had them (None: unset)."""
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
 def new_marker() -> str:
     return uuid.uuid4().hex
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from sglperf.judge import live_evidence
+from sglperf.judge import batch_evidence, live_evidence
 from sglperf.measure.samples import HostBusyError
 from sglperf.model.deployment import Deployment, load
 from sglperf.model.intent_names import DECODE_CUDA_GRAPH, OVERLAP_SCHEDULE
@@ -45,6 +45,7 @@ from .cpu_tier import (
     cpu_setup,
     marked_processes,
     new_marker,
+    restore_env,
     server_sessions,
 )
 
@@ -102,11 +103,7 @@ class Plain:
     def close(self) -> None:
         self.live.close()
         self.preflight.close()
-        for key, value in self.saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+        restore_env(self.saved)
 
 
 @pytest.fixture(scope="module")
@@ -179,9 +176,51 @@ def test_baseline_recorded_then_compared_as_cpu_numbers(plain: Plain) -> None:
     assert compared.baseline_status == BaselineStatus.COMPARED, compared.problems
     assert {c.metric for c in compared.comparisons} >= {"decode_tok_s", "ttft_s"}
     assert recorded.host is not None and compared.host is not None  # counted, whatever this box is doing
+    # Every measured round logged its decode batches (the launch set the interval), none ran a graph.
+    assert compared.batches is not None and plain.running.decode_log_interval
+    assert f"--decode-log-interval {plain.running.decode_log_interval}" in " ".join(plain.running.server.command)
+    assert [r.round for r in compared.batches.rounds] == list(range(compared.rounds.used if compared.rounds else 0))
+    assert all(r.decode >= 2 and r.decode_graph == 0 and r.prefill == 2 for r in compared.batches.rounds), (
+        compared.batches
+    )
+    assert compared.batches.graph_label == "cpu graph" and not compared.problems
+    # Expected on, the same real log fails the measurement, quoting SGLang's line.
+    problems, _ = batch_evidence.judge(compared.batches, {DECODE_CUDA_GRAPH: True})
+    assert len(problems) == 1 and "decode_cuda_graph expected on, but none of the" in problems[0]
+    assert "'Decode batch, #running-req: 1, " in problems[0] and "cpu graph: False" in problems[0]
     # On a CPU without AMX the effective args still say intel_amx: the shim's doing, and every record says so.
     shimmed = plain.setup.kernel == "sgl-kernel" and "amx_tile" not in envs.cpu_flags()
     assert (AMX_NOTE in compared.notes) == shimmed, compared.notes
+
+
+def test_the_torch_compile_variant_replays_its_cpu_graph_in_every_round(tmp_path: Path) -> None:
+    """Captured and used: the torch.compile variant's measured rounds log "cpu graph: True" for every
+    decode batch (the plain variant's, above, none). SGLang 0.5.23 captures no CPU graph without its
+    CPU kernel ('TorchNativeAttnBackend' object has no attribute 'init_cpu_graph_state')."""
+    setup = cpu_setup()
+    if setup.kernel != "sgl-kernel":
+        pytest.skip(f"no CPU graph without SGLang's CPU kernel; this CPU {envs.kernel_flags_missing()}")
+    deployment = load(setup.deployment)
+    variant = deployment.variant("torch-compile")
+    saved = {k: os.environ.get(k) for k in (TINY_MODELS_ENV, MARKER_ENV)}
+    os.environ[TINY_MODELS_ENV], os.environ[MARKER_ENV] = str(setup.models), new_marker()
+    pre = PreflightSession(lambda: setup.python, lambda m: print(m, file=sys.stderr))
+    options = LiveOptions(
+        results_dir=tmp_path / "results", baselines_dir=tmp_path / "b", update_baselines=True, root=ROOT
+    )
+    live = LiveSession(options, pre, pre._progress)
+    try:
+        workload = deployment.workloads[0].model_copy(update={"repeats": 3, "output_len": 24, "warmup": 1})
+        record = live.measure(deployment, variant, workload, 1)
+    finally:
+        live.close()
+        pre.close()
+        restore_env(saved)
+    assert record.batches is not None and len(record.batches.rounds) == 3, record
+    assert all(r.decode >= 2 and r.decode_graph == r.decode for r in record.batches.rounds), record.batches
+    assert record.batches.graph_decode_line and "cpu graph: True" in record.batches.graph_decode_line
+    assert not [p for p in record.problems if "cuda_graph" in p], record.problems
+    assert any(n.startswith("decode_cuda_graph: all of the ") for n in record.notes), record.notes
 
 
 def test_a_second_start_has_the_same_effective_args_digest(plain: Plain, tmp_path: Path) -> None:

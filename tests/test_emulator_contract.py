@@ -29,9 +29,10 @@ from sglperf.measure.prompts import load_prompts
 from sglperf.model.deployment import load
 from sglperf.session import LiveOptions, LiveSession, PreflightSession
 from sglperf.sglang import envs
+from sglperf.sglang.batch_log import parse_batch_lines
 from sglperf.sglang.server_api import BENCH_SERVING_MODULES
 
-from .cpu_tier import MARKER_ENV, ROOT, TINY_CPU, TINY_CPU_MTP, TINY_MODELS_ENV, cpu_setup, new_marker
+from .cpu_tier import MARKER_ENV, ROOT, TINY_CPU, TINY_CPU_MTP, TINY_MODELS_ENV, cpu_setup, new_marker, restore_env
 
 pytestmark = pytest.mark.needs_sglang
 
@@ -204,6 +205,8 @@ class Sides:
     emulator_url: str
     models: Path
     python: str
+    real_log: Path
+    emulator_log: Path
 
 
 def _session(python: str, results: Path, emulator: bool) -> tuple[PreflightSession, LiveSession]:
@@ -239,16 +242,14 @@ def sides(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
             emulated.server.base_url,
             models / deployment.model.served_path.rsplit("/", 1)[-1],
             python,
+            real.server.spec.log_path,
+            emulated.server.spec.log_path,
         )
     finally:
         for pre, live in opened:
             live.close()
             pre.close()
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+        restore_env(saved)
 
 
 def _unexplained(probe: str, real: set[str], emulated: set[str]) -> list[str]:
@@ -270,6 +271,21 @@ def test_emulator_answers_like_real_sglang(sides: Sides, probe: str) -> None:
         real, emulated = sides.real[probe].get(part, set()), sides.emulator[probe].get(part, set())
         problems += [f"{part}: {line}" for line in _unexplained(probe, real, emulated)]
     assert not problems, f"{probe}: the emulator differs from real SGLang 0.5.23:\n" + "\n".join(problems)
+
+
+def test_emulator_batch_lines_read_like_real_sglang(sides: Sides) -> None:
+    """The batch log lines the suite reads as runtime evidence (sglang/batch_log.py): the same fields,
+    in the same order, with the same graph label, from both servers after the same probes."""
+
+    def fields(log: Path) -> dict[str, set[tuple[str, ...]]]:
+        out: dict[str, set[tuple[str, ...]]] = {}
+        for line in parse_batch_lines(log.read_text(errors="replace")):
+            out.setdefault(line.kind, set()).add((*line.fields, f"label={line.graph_label}"))
+        return out
+
+    real, emulated = fields(sides.real_log), fields(sides.emulator_log)
+    assert set(real) == {"prefill", "decode"}, f"{sides.real_log}: {real}"
+    assert emulated == real
 
 
 @pytest.mark.parametrize("api", ["native", "openai-chat"])

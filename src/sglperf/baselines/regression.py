@@ -139,8 +139,34 @@ def compare_to_baseline(
     except ValueError as exc:  # samples the statistics cannot use; store.load refuses such baselines
         verdict.not_compared(BaselineStatus.UNREADABLE, f"{path} {entry.key}: {exc}", "fail")
         return verdict
-    verdict.problems += [c.message() for c in verdict.regressions]
+    split = split_decode_change(stored_entry.samples, entry.samples)
+    verdict.problems += [
+        f"{c.message()}; {split}" if split and c.metric == "decode_tok_s" else c.message() for c in verdict.regressions
+    ]
     return verdict
+
+
+# decode tok/s = verify steps/s x tokens per step (`sglperf.measure.samples`): its two halves.
+SPLIT_METRICS = ("decode_tok_s", "verify_steps_s", "accept_length")
+
+
+def split_decode_change(stored: Mapping[str, Sequence[float]], current: Mapping[str, Sequence[float]]) -> str | None:
+    """With speculative decoding, which half of a decode tok/s change moved: "decode_tok_s -6.1%: verify
+    steps/s -6.0%, accept length -0.1%: the kernels, not the drafter" (medians of the per-round values).
+    A half counts as the cause when it moved at least twice as much as the other."""
+    if not all(stored.get(m) and current.get(m) and np.median(stored[m]) > 0 for m in SPLIT_METRICS):
+        return None
+    change = {m: float(np.median(current[m]) / np.median(stored[m]) - 1) for m in SPLIT_METRICS}
+    steps, accept = change["verify_steps_s"], change["accept_length"]
+    if abs(steps) >= 2 * abs(accept):
+        cause = "the kernels, not the drafter"
+    elif abs(accept) >= 2 * abs(steps):
+        cause = "acceptance (the drafter or the prompts), not the kernels"
+    else:
+        cause = "both the kernels and acceptance"
+    return (
+        f"decode_tok_s {change['decode_tok_s']:+.1%}: verify steps/s {steps:+.1%}, accept length {accept:+.1%}: {cause}"
+    )
 
 
 def comparable_entry(path: Path, prov: Provenance, key: str) -> tuple[store.Entry | None, tuple[str, ...], str]:

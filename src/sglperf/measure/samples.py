@@ -6,6 +6,10 @@ Definitions, per request (times in seconds from just before the request is sent)
 * decode tok/s: tokens after the first chunk / (last chunk time - first chunk time). The first
   chunk is excluded because its tokens come from prefill, not from the decode loop.
 * ITL: the same window per token, (last - first) / tokens after the first chunk = 1 / decode tok/s.
+* verify steps/s (speculative decoding): the server's verify steps / the same window. The first chunk
+  is prefill's token, so the window holds exactly those steps, and decode tok/s = verify steps/s x
+  tokens per step: with every request producing output_len tokens, a relative change of decode tok/s
+  is the change of verify steps/s (the kernels) times that of the acceptance length (the drafter).
 
 TTFT is measured from the client's send to the first token-carrying chunk: the request (JSON body,
 headers) is built and its connection opened before the clock starts, and the clock's zero is taken
@@ -72,9 +76,16 @@ class RequestSample:
     spec_note: str | None = None  # why the spec fields are None
     server_request_id: str | None = None  # the server's id for this request, to find it in server logs
 
+    @property
+    def verify_steps_s(self) -> float | None:
+        """Verify steps per second over the decode window (see the module docstring)."""
+        window = decode_window(self.chunks)
+        return None if window is None or not self.spec_verify_ct else self.spec_verify_ct / window[1]
+
     def to_record(self) -> dict[str, Any]:
         record = asdict(self)
         record["chunks"] = [[c.t, c.tokens] for c in self.chunks]
+        record["verify_steps_s"] = self.verify_steps_s
         return record
 
 

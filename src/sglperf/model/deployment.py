@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, 
 from pydantic_core import ErrorDetails
 
 from sglperf.model.intent_names import INTENT_NAMES, SPECULATIVE
-from sglperf.model.metrics import METRICS
+from sglperf.model.metrics import METRICS, with_inherited_floors
 
 SLUG_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 Slug = Annotated[str, Field(pattern=SLUG_PATTERN, max_length=64)]
@@ -320,8 +320,9 @@ class Deployment(_Strict):
         return Speculative(**merged)
 
     def thresholds_for(self, workload: Workload) -> dict[str, float]:
-        """Regression floors for a workload: its own over the runner's (the defaults fill the rest)."""
-        return {**self.runner.thresholds, **workload.thresholds}
+        """Regression floors for a workload: its own over the runner's (the defaults fill the rest); a part
+        of a metric takes the whole's floor unless set (verify steps/s that of decode tok/s)."""
+        return with_inherited_floors({**self.runner.thresholds, **workload.thresholds})
 
     def expectations_for(self, variant: Variant) -> dict[str, Any]:
         """Every intent this variant is checked on: shared, then variant, then what it requests."""

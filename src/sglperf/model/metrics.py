@@ -45,6 +45,8 @@ class Metric:
     label: str  # column heading in tables
     # Per round (one value per round over all its requests) rather than a mean over per-request values.
     per_round: bool = False
+    # A metric that is part of another takes that one's floor where a deployment sets it and not this one's.
+    floor_from: str | None = None
 
 
 METRICS: dict[str, Metric] = {
@@ -60,6 +62,11 @@ METRICS: dict[str, Metric] = {
         Metric("e2e_s", "s", Direction.LOWER_IS_BETTER, 0.05, "E2E s"),
         # A mean over thousands of draft steps: low noise, sensitive to model changes.
         Metric("accept_length", "tok/step", Direction.HIGHER_IS_BETTER, 0.03, "accept"),
+        # Speculative decoding only: the target's verify steps per second over the decode window, the
+        # kernels' half of decode tok/s (= verify steps/s x tokens per step); same noise as decode.
+        Metric(
+            "verify_steps_s", "step/s", Direction.HIGHER_IS_BETTER, 0.03, "verify steps/s", floor_from="decode_tok_s"
+        ),
         # Concurrency > 1 only: a round's completion tokens (requests) over its wall time, first send
         # to last token. The wall time is the batch's end-to-end latency (prefill of every request,
         # the decode loop, the tail of the last stream), so it gets E2E's floor. req/s is tok/s over
@@ -69,6 +76,16 @@ METRICS: dict[str, Metric] = {
     )
 }
 METRIC_NAMES = tuple(METRICS)
+
+
+def with_inherited_floors(thresholds: dict[str, float]) -> dict[str, float]:
+    """``thresholds`` plus, for each metric not in it whose ``floor_from`` is, that metric's floor."""
+    inherited = {
+        m.name: thresholds[m.floor_from]
+        for m in METRICS.values()
+        if m.floor_from in thresholds and m.name not in thresholds
+    }
+    return {**thresholds, **inherited}
 
 
 def unit_of(metric: str) -> str:

@@ -55,6 +55,28 @@ def _roofline_line(m: MeasurementRecord) -> str | None:
     )
 
 
+def _batches_line(m: MeasurementRecord) -> str | None:
+    b = m.batches
+    if b is None:
+        return None
+    prefill, prefill_graph = b.total("prefill")
+    decode, decode_graph = b.total("decode")
+    every = f"every {b.decode_log_interval} decode steps" if b.decode_log_interval else "at the release's interval"
+    label = b.graph_label or "no graph field"
+    line = (
+        f"Batches (SGLang's log, decode {every}): decode {decode_graph} of {decode} ran the graph, prefill "
+        f"{prefill_graph} of {prefill} ({label})"
+    )
+    running = [r.max_running_req for r in b.rounds if r.max_running_req is not None]
+    queued = [r.max_queue_req for r in b.rounds if r.max_queue_req is not None]
+    if running:
+        line += f"; at most {max(running)} running, {max(queued, default=0)} queued"
+    accept = [r.accept_len for r in b.rounds if r.accept_len is not None]
+    if accept:
+        line += f"; accept len per round {min(accept):.2f}-{max(accept):.2f}"
+    return line
+
+
 def markdown(
     run: RunResults,
     plot_files: Mapping[str, Sequence[Path]] | None = None,
@@ -96,7 +118,8 @@ def markdown(
                 lines += [f"Notes: {'; '.join(m.notes)}", ""]
             for d in drifts.get(m.key, ()):
                 lines += [f"**Drift**: {d.message()}", ""]
-            lines += [line + "\n" for line in (_rounds_line(m), _host_line(m), _roofline_line(m)) if line]
+            described = (_rounds_line(m), _host_line(m), _batches_line(m), _roofline_line(m))
+            lines += [line + "\n" for line in described if line]
             comparisons = {c.metric: c for c in m.comparisons}
             lines += ["| metric | baseline | current | delta | threshold | verdict |", "|---|---:|---:|---:|---:|---|"]
             for metric, summary in sorted(m.summary.items()):

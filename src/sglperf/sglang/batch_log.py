@@ -42,6 +42,7 @@ class BatchLine:
     queue_req: int | None
     accept_len: float | None  # decode lines with speculative decoding only
     text: str  # the line from its kind on, for quoting
+    fields: tuple[str, ...] = ()  # every key, in the order printed
 
 
 def parse_batch_line(line: str) -> BatchLine | None:
@@ -61,6 +62,7 @@ def parse_batch_line(line: str) -> BatchLine | None:
         queue_req=_int(fields.get("#queue-req")),
         accept_len=_float(fields.get("accept len")),
         text=line[head.start() :].strip(),
+        fields=tuple(fields),
     )
 
 
