@@ -116,8 +116,8 @@ def test_record_then_unchanged_slower_lower_acceptance_faster(suite) -> None:
     eager.assert_outcomes(failed=1)
     eager.stdout.fnmatch_lines(
         [
-            "*decode_cuda_graph expected on, but none of the * decode batches logged in * measured rounds ran the graph: "
-            "SGLang logged 'Decode batch, #running-req: 1, *cuda graph: False, *"
+            "*decode_cuda_graph expected on, but none of the * decode batches logged in * measured rounds ran the "
+            "graph: SGLang logged 'Decode batch, #running-req: 1, *cuda graph: False, *"
         ]
     )
 
@@ -155,6 +155,10 @@ def test_missing_baseline_can_skip(suite) -> None:
     skipped = suite("--baseline-missing=skip")
     skipped.assert_outcomes(skipped=1)
     skipped.stdout.fnmatch_lines(["SKIPPED*no baseline for *; record it with: pytest -k * --update-baselines*"])
+    # Rounds that ran eager fail without any baseline: the skip is named beside the failure.
+    eager = suite("--baseline-missing=skip", graph_replayed=False)
+    eager.assert_outcomes(failed=1)
+    eager.stdout.fnmatch_lines(["*decode_cuda_graph expected on, but none of the *", "*and: no baseline for *"])
 
 
 def test_runner_thresholds_cover_every_workload_and_a_workloads_own_win(suite) -> None:

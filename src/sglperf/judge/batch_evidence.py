@@ -8,7 +8,8 @@ says whether it ran the graph (`sglperf.sglang.batch_log`), so per measured roun
 * an intent expected off whose batches ran it fails the same way (the expectation is wrong);
 * a share between none and all is a note with an eager line quoted: batches larger than the captured
   sizes run eager by design, so only "never" is a failure;
-* no lines, or no graph field in them, is a note: nothing proven, and never reported as a pass.
+* no lines, or no graph field in them, is a note: nothing proven, and never reported as a pass;
+* all or none, as expected, says nothing beyond the counts in the record and the report.
 """
 
 from __future__ import annotations
@@ -101,8 +102,7 @@ def judge(evidence: BatchEvidence, expectations: Mapping[str, Any]) -> tuple[lis
             )
         elif 0 < ran < batches:
             notes.append(f"{intent}: {ran} of the {where} ran the graph; eager e.g. {_quote(eager)}")
-        else:
-            notes.append(f"{intent}: {'all' if ran else 'none'} of the {where} ran the graph ({evidence.graph_label})")
+        # all or none, as expected (or nothing expected): the record's counts say it, no note
     return problems, notes
 
 

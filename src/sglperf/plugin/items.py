@@ -204,12 +204,15 @@ class MeasureItem(LiveTierItem):
 
 
 def judge_measurement(record: MeasurementRecord) -> None:
-    """Skip or fail like a built-in measurement item: the same messages for users' own workloads."""
-    if record.skip_reason:
-        raise _skip(record.skip_reason)
+    """Fail or skip like a built-in measurement item: the same messages for users' own workloads. A
+    problem fails even where the baseline policy would skip (the rounds ran eager, say: no baseline
+    is needed to see that)."""
     if record.problems:
         context = f" ({'; '.join(record.notes)})" if record.notes else ""
-        raise ItemFailure("\n".join([f"{record.key}{context}:", *(f"  {p}" for p in record.problems)]))
+        skipped = [f"  and: {record.skip_reason}"] if record.skip_reason else []
+        raise ItemFailure("\n".join([f"{record.key}{context}:", *(f"  {p}" for p in record.problems), *skipped]))
+    if record.skip_reason:
+        raise _skip(record.skip_reason)
 
 
 def _append_verdict(config: pytest.Config, verdict: Verdict) -> None:
