@@ -141,3 +141,59 @@ def test_overlap_schedule_is_on_for_qwen36_and_off_with_the_rule_that_turned_it_
     assert "disable_overlap_schedule = True" in lost.detail, lost.message()
     rule = PIPELINE_OVERLAP_RULES[version]
     assert any(rule in r for r in lost.reasons), lost.reasons
+
+
+MOE_DEPLOYMENT = """
+description = "Qwen3-30B-A3B (MoE), single-batch overlap requested"
+[model]
+key = "qwen3-30b-a3b"
+served_path = "/models/Qwen3-30B-A3B"
+config = "../models/qwen3-30b-a3b/config.json"
+[runner]
+name = "{name}"
+gpu_count = 1
+gpu_name = "{gpu}"
+compute_capability = "{cc}"
+memory_gib = 80
+sm_count = {sms}
+[launch]
+tp_size = 1
+[[variants]]
+id = "sbo"
+request = {{ single_batch_overlap = true }}
+[[variants]]
+id = "plain"
+"""
+MOE_CONFIG = Path(__file__).resolve().parent.parent / "models" / "qwen3-30b-a3b" / "config.json"
+
+
+@pytest.mark.parametrize("version", [OLD_SGLANG, "0.5.19", NEW_SGLANG])
+def test_a_start_up_that_sglang_refuses_on_the_runners_gpu_is_an_error_with_its_message(
+    version: str, sglang_python, deployment_dir: Path
+) -> None:
+    """SGLang's scheduler seeds its MoE settings at start-up and refuses single-batch overlap on SM90
+    (initialize_moe_config): resolution alone passes it. On a simulated H100 every intent of that
+    variant is an ERROR quoting SGLang; the same variant on an A100, and the H100 without the request,
+    are not refused."""
+    (deployment_dir / "models" / "qwen3-30b-a3b").mkdir(parents=True)
+    (deployment_dir / "models" / "qwen3-30b-a3b" / "config.json").write_text(MOE_CONFIG.read_text())
+    python = sglang_python(version)
+    found = {}
+    for name, gpu, cc, sms in (
+        ("1xH100", "NVIDIA H100 80GB HBM3", "9.0", 132),
+        ("1xA100", "NVIDIA A100-SXM4-80GB", "8.0", 108),
+    ):
+        path = deployment_dir / "deployments" / f"moe-{name}.toml"
+        path.write_text(MOE_DEPLOYMENT.format(name=name, gpu=gpu, cc=cc, sms=sms))
+        found[name] = _verdicts(path, python, deployment_dir / "cache")
+    refused = found["1xH100"][("sbo", "single_batch_overlap")]
+    assert refused.status == Status.ERROR and refused.sglang_version == version, refused.message()
+    assert refused.detail.startswith(
+        "SGLang would refuse to start it on this runner's GPUs: ValueError: SBO (single batch overlap) is not "
+        "supported on SM90 GPUs"
+    )
+    assert "(the scheduler's start-up: initialize_moe_config, layers/moe/utils.py:" in refused.detail
+    assert {v.status for (variant, _), v in found["1xH100"].items() if variant == "sbo"} == {Status.ERROR}
+    assert Status.ERROR not in {v.status for (variant, _), v in found["1xH100"].items() if variant == "plain"}
+    allowed = found["1xA100"][("sbo", "single_batch_overlap")]
+    assert allowed.status == Status.PASS, allowed.message()

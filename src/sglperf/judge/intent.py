@@ -6,7 +6,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from sglperf.model.resolution import EffectiveArgs, SGLangError, Write
+from sglperf.model.resolution import STARTUP_REFUSAL, EffectiveArgs, SGLangError, Write
 from sglperf.model.verdict import Status, Verdict
 from sglperf.sglang.intents import INTENTS, Intent
 
@@ -109,8 +109,11 @@ def judge(
         "caveats": tuple(caveats),
     }
     if error is not None or args is None:
-        message = f"{error.type}: {error.message}" if error else "no effective args"
-        return Verdict(actual=None, status=Status.ERROR, detail=f"SGLang's validation says: {message}", **base)
+        if error is not None and error.type == STARTUP_REFUSAL:
+            detail = f"SGLang would refuse to start it on this runner's GPUs: {error.message}"
+        else:
+            detail = f"SGLang's validation says: {f'{error.type}: {error.message}' if error else 'no effective args'}"
+        return Verdict(actual=None, status=Status.ERROR, detail=detail, **base)
     try:
         reading = intent.read(args.fields, args.model)
     except KeyError as exc:

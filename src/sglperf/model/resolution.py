@@ -34,6 +34,11 @@ class Write:
     changed: bool = True
 
 
+# The error type of a variant whose resolution passed but whose start-up SGLang would refuse on the
+# runner's GPUs (the probe, which runs without sglperf installed, spells it too).
+STARTUP_REFUSAL = "StartupRefusal"
+
+
 @dataclass(frozen=True)
 class SGLangError:
     type: str

@@ -17,8 +17,10 @@ process-global records, its warn-once memories), so a variant says the same alon
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import dataclasses
+import functools
 import importlib.abc
 import importlib.machinery
 import importlib.metadata
@@ -37,6 +39,7 @@ import time
 import traceback
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -720,6 +723,7 @@ class _ModelBuilder:
     def __init__(self, stubbed: list[str]) -> None:
         self.stubbed = set(stubbed)
         self.prepared = False
+        self.moe_config_error: Exception | None = None
         self.built: dict[str, dict[str, Any]] = {}
 
     def facts(
@@ -891,12 +895,13 @@ class _ModelBuilder:
             if dpa is not None and hasattr(dpa, name):
                 setattr(dpa, name, value)
 
-    @staticmethod
-    def _initialize_moe_config(server_args: Any) -> None:
+    def _initialize_moe_config(self, server_args: Any) -> None:
         """As the scheduler does before building the model (0.5.13 takes the args, 0.5.23 reads the
-        published context); dense models do not need it, so a failure here is not fatal."""
+        published context). Dense models do not need it, so a failure does not stop the build; it is
+        kept (``moe_config_error``) for `startup_refusal`."""
         import inspect
 
+        self.moe_config_error = None
         moe = _optional_module("sglang.srt.layers.moe")
         initialize = getattr(moe, "initialize_moe_config", None)
         if initialize is None:
@@ -906,8 +911,39 @@ class _ModelBuilder:
                 initialize(server_args)
             else:
                 initialize()
-        except Exception:
-            pass
+        except Exception as exc:
+            self.moe_config_error = exc
+
+    def startup_refusal(self, server_args: Any, effective: dict[str, Any], capture: _Capture) -> dict[str, str] | None:
+        """What the scheduler's start-up refuses on the simulated GPUs, in SGLang's words, or None.
+
+        The scheduler seeds its MoE settings (``initialize_moe_config``) only for a model config that
+        carries one of the top-k attributes its own source lists (read from that source, per release),
+        and that call raises for features the GPU generation lacks (0.5.13-0.5.23: single-batch overlap
+        on SM90). Anything that keeps the check from running claims nothing."""
+        attrs = _scheduler_moe_attrs()
+        if not attrs:
+            return None
+        heard, capture.lines = capture.lines, []
+        try:
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                self._prepare()
+                model_config_cls = importlib.import_module("sglang.srt.configs.model_config").ModelConfig
+                text_config = model_config_cls.from_server_args(server_args).hf_text_config
+                if not any(hasattr(text_config, a) for a in attrs):
+                    return None
+                with self._parallel_scope(server_args, effective):
+                    refused = self.moe_config_error
+        except (Exception, SystemExit):
+            return None
+        finally:
+            capture.lines = heard
+        if refused is None:
+            return None
+        return {
+            "type": "StartupRefusal",
+            "message": f"{_error_text(refused)} (the scheduler's start-up: {_raised_in(refused)})",
+        }
 
     def _construct(self, server_args: Any, effective: dict[str, Any], is_draft: bool) -> dict[str, Any]:
         started = time.perf_counter()
@@ -942,6 +978,39 @@ class _ModelBuilder:
             return {"error": _error_text(exc), "seconds": round(time.perf_counter() - started, 3)}
         seconds = round(time.perf_counter() - started, 3)
         return {"facts": {**facts, "seconds": seconds}, "seconds": seconds}
+
+
+@functools.cache
+def _scheduler_moe_attrs() -> tuple[str, ...]:
+    """The config attributes whose presence makes SGLang's scheduler seed its MoE settings, as this
+    release's scheduler source lists them (``moe_topk_attrs``); empty when it lists none."""
+    spec = importlib.util.find_spec("sglang.srt.managers.scheduler")
+    if spec is None or not spec.origin:
+        return ()
+    try:
+        tree = ast.parse(Path(spec.origin).read_text())
+    except (OSError, SyntaxError):
+        return ()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "moe_topk_attrs" for t in node.targets
+        ):
+            try:
+                value = ast.literal_eval(node.value)
+            except ValueError:
+                return ()
+            return tuple(str(v) for v in value)
+    return ()
+
+
+def _raised_in(exc: BaseException) -> str:
+    """The SGLang function and file:line that raised ``exc`` (its innermost frame inside sglang)."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f"{os.sep}sglang{os.sep}" in f.filename]
+    if not frames:
+        return "SGLang"
+    frame = frames[-1]
+    where = frame.filename.split(f"{os.sep}sglang{os.sep}srt{os.sep}", 1)[-1]
+    return f"{frame.name}, {where}:{frame.lineno}"
 
 
 def _resolve(module: Any, argv: list[str], tracer: _WriteTracer | None) -> tuple[dict[str, Any], Any]:
@@ -1015,6 +1084,9 @@ def _resolve_job(
         result["printed"] = _plain(printed.getvalue())[-4000:]
         if job.get("build_model") and server_args is not None and isinstance(result.get("effective"), dict):
             result.update(builder.facts(server_args, result["effective"], env, capture))
+            refusal = builder.startup_refusal(server_args, result["effective"], capture)
+            if refusal is not None:
+                result["error"] = refusal
     clean.restore()
     return result
 
