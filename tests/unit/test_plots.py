@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 from matplotlib.figure import Figure
 
+from sglperf.cli import main
+from sglperf.model.files import OutsideFolderError, confined
 from sglperf.model.measurement import MeasurementRecord, MetricComparison, Provenance, SampleSummary
 from sglperf.model.metrics import MetricOutcome, unit_of
 from sglperf.reporting import plots
@@ -166,3 +168,24 @@ def test_a_run_without_measurements_draws_nothing(tmp_path: Path) -> None:
     made = plots.draw(RunResults(tmp_path, (), ()), tmp_path / "out")
     assert made == {}
     assert list((tmp_path / "out").iterdir()) == []
+
+
+@pytest.mark.parametrize("key", ["../../escaped", "/tmp/sglperf-escaped", "sub/dir", ".hidden", ""])
+def test_a_hostile_key_in_a_downloaded_folder_writes_nothing_outside_it(tmp_path: Path, key: str) -> None:
+    """A results folder downloaded from CI is input: its record keys become plot names."""
+    folder = tmp_path / "deep" / "results"
+    record = json.loads(measurement().model_dump_json())
+    save(folder, measurement())
+    (folder / "measurements" / "qwen36-mtp1-decode-chat-c1.json").write_text(json.dumps({**record, "key": key}))
+    before = set(tmp_path.rglob("*"))
+    assert main(["report", str(folder)]) == 2
+    assert set(tmp_path.rglob("*")) == before
+    assert not Path("/tmp/sglperf-escaped-samples.png").exists()
+
+
+def test_confined_refuses_every_way_out(tmp_path: Path) -> None:
+    assert confined(tmp_path, "a-samples.png") == tmp_path.resolve() / "a-samples.png"
+    (tmp_path / "link").symlink_to(tmp_path.parent)
+    for name in ("../x.png", "/etc/x.png", "link/x.png", "a/b.png"):
+        with pytest.raises(OutsideFolderError):
+            confined(tmp_path, name)

@@ -15,10 +15,11 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator, model_validator
 from pydantic_core import ErrorDetails
 
+from sglperf.model.files import SAFE_NAME_PATTERN
 from sglperf.model.intent_names import INTENT_NAMES, SPECULATIVE
 from sglperf.model.metrics import METRICS, with_inherited_floors
 
-SLUG_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+SLUG_PATTERN = SAFE_NAME_PATTERN
 Slug = Annotated[str, Field(pattern=SLUG_PATTERN, max_length=64)]
 PATTERN_MEANING = {
     SLUG_PATTERN: "letters, digits, '.', '_' and '-' only (it becomes part of test ids and paths)",

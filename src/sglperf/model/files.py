@@ -1,4 +1,5 @@
-"""Writing files so that readers (other pytest workers, a later run, an interrupted one) never see half."""
+"""Files: names that become paths, and writes that readers (other pytest workers, a later run, an
+interrupted one) never see half of."""
 
 from __future__ import annotations
 
@@ -7,6 +8,22 @@ import threading
 from pathlib import Path
 
 GIB = 1024**3
+# A name that becomes part of a path or a test id (deployment keys, variant and workload ids, record
+# keys): it cannot hold a separator, start with a dot, or be empty, so it stays inside its folder.
+SAFE_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+
+
+class OutsideFolderError(ValueError):
+    """A name that would place a file outside the folder it belongs in."""
+
+
+def confined(folder: Path, name: str) -> Path:
+    """``folder / name``, refusing any name that would land elsewhere (separators, "..", links)."""
+    base = folder.resolve()
+    path = (base / name).resolve()
+    if path.parent != base:
+        raise OutsideFolderError(f"{name!r} would be written outside {folder}; refusing")
+    return path
 
 
 def write_text_atomic(path: Path, text: str, *, fsync: bool = True) -> None:

@@ -7,10 +7,12 @@ per-request record under "result", which sglperf writes for people and tools but
 from __future__ import annotations
 
 from enum import Enum
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from sglperf.model.batch_evidence import BatchEvidence
+from sglperf.model.files import SAFE_NAME_PATTERN
 from sglperf.model.host_load import HostLoadSummary
 from sglperf.model.metrics import MetricOutcome
 
@@ -98,15 +100,20 @@ class Rounds(_Strict):
     reason: str = ""
 
 
+# Names that become file names (plots, reports) when a results folder is read back: a downloaded
+# folder must not be able to write elsewhere.
+SafeName = Annotated[str, Field(pattern=SAFE_NAME_PATTERN, max_length=255)]
+
+
 class MeasurementRecord(BaseModel):
     """One (variant, workload, concurrency): samples, summaries, baseline verdict and provenance."""
 
     model_config = ConfigDict(extra="ignore")
 
-    key: str
-    deployment: str
-    variant: str
-    workload: str
+    key: SafeName
+    deployment: SafeName
+    variant: SafeName
+    workload: SafeName
     concurrency: int
     emulated: bool
     sglang_version: str

@@ -13,6 +13,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from sglperf.baselines.changepoint import Drift
+from sglperf.model.files import confined
 from sglperf.model.measurement import MeasurementRecord
 from sglperf.model.metrics import unit_of
 from sglperf.reporting.history import Point, drifts_in, history
@@ -87,9 +88,10 @@ def draw(run: RunResults, out_dir: Path, history_dirs: Sequence[Path] = ()) -> d
     made: dict[str, list[Path]] = {}
     for record in run.measurements:
         key = record.key
-        made[key] = [samples_figure(record, out_dir / f"{key}-samples.png")]
+        made[key] = [samples_figure(record, confined(out_dir, f"{key}-samples.png"))]
         points = history(key, [*history_dirs, run.folder])
         if len(points) >= 2:
-            figure = history_figure(key, points, out_dir / f"{key}-history.png", record.emulated, drifts_in(points))
+            path = confined(out_dir, f"{key}-history.png")
+            figure = history_figure(key, points, path, record.emulated, drifts_in(points))
             made[key].append(figure)
     return made
