@@ -3,9 +3,12 @@ interrupted one) never see half of."""
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import threading
 from pathlib import Path
+from typing import Any
 
 GIB = 1024**3
 # A name that becomes part of a path or a test id (deployment keys, variant and workload ids, record
@@ -40,3 +43,19 @@ def write_text_atomic(path: Path, text: str, *, fsync: bool = True) -> None:
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def strict_json(value: Any, **kwargs: Any) -> str:
+    """Standard JSON for strict parsers: a non-finite float (Python would write NaN or Infinity, which
+    JSON has no token for) becomes null, as pydantic writes it."""
+    return json.dumps(_finite(value), allow_nan=False, **kwargs)

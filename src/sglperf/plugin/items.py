@@ -3,7 +3,6 @@ per live-vs-preflight drift, and per (workload, concurrency) measurement."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ import pytest
 from sglperf import preflight
 from sglperf.measure.samples import MeterError
 from sglperf.model.deployment import Deployment, DeploymentError, Variant, load
+from sglperf.model.files import strict_json
 from sglperf.model.measurement import MeasurementRecord
 from sglperf.model.verdict import Status, Verdict
 from sglperf.plugin.keys import LIVE_KEY, PREFLIGHT_KEY, xdist_worker
@@ -221,4 +221,4 @@ def _append_verdict(config: pytest.Config, verdict: Verdict) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     worker = xdist_worker(config) or "main"
     with open(folder / f"verdicts-{worker}.jsonl", "a") as fh:
-        fh.write(json.dumps(verdict.to_record(), sort_keys=True) + "\n")
+        fh.write(strict_json(verdict.to_record(), sort_keys=True) + "\n")

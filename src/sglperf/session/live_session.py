@@ -25,6 +25,7 @@ from sglperf.measure.prompts import load_prompts
 from sglperf.measure.samples import WorkloadResult
 from sglperf.model.batch_evidence import BatchEvidence
 from sglperf.model.deployment import Deployment, Variant, Workload
+from sglperf.model.files import strict_json, write_text_atomic
 from sglperf.model.hardware import memory_bandwidth
 from sglperf.model.host_load import DEFAULT_MAX_HOST_LOAD, HostLoadSummary
 from sglperf.model.measurement import BaselineStatus, MeasurementRecord, Provenance, Roofline, Rounds
@@ -480,9 +481,8 @@ class LiveSession:
             skip_reason=verdict.skip_reason,
         )
         out = self.options.results_dir / "measurements" / f"{key}.json"
-        out.parent.mkdir(parents=True, exist_ok=True)
         written = {**record.model_dump(mode="json"), "result": result.to_record()}
-        out.write_text(json.dumps(written, indent=1, sort_keys=True, default=str))
+        write_text_atomic(out, strict_json(written, indent=1, sort_keys=True, default=str))
         return record
 
     def _batch_evidence(
