@@ -248,3 +248,27 @@ def test_one_stalled_sample_does_not_fake_a_regression() -> None:
     base, cur = lognormal(rng, 0.02), lognormal(rng, 0.02)
     cur[0] *= 0.7
     assert compare("decode_tok_s", base, cur).outcome is Outcome.UNCHANGED
+
+
+EXTREME = st.lists(st.floats(min_value=5e-324, max_value=1.7976931348623157e308), min_size=5, max_size=14)
+
+
+@given(metric=metrics, baseline=EXTREME, current=EXTREME)
+def test_any_finite_positive_samples_give_a_finite_verdict_and_a_short_line(
+    metric: str, baseline: list[float], current: list[float]
+) -> None:
+    """Extreme but finite samples (a subnormal against the largest float) neither overflow nor print
+    inf, nan or a 300-digit number."""
+    result = compare(metric, baseline, current)
+    numbers = (result.baseline_median, result.current_median, result.ratio, result.change)
+    assert all(math.isfinite(x) for x in numbers), result
+    if result.outcome is not Outcome.INSUFFICIENT:
+        assert math.isfinite(result.ci_low) and math.isfinite(result.ci_high) and result.ci_low <= result.ci_high
+    line = result.message()
+    assert "inf" not in line and "nan" not in line and len(line) < 400, line
+
+
+def test_the_audits_extreme_pair_is_judged() -> None:
+    assert compare("decode_tok_s", [1e-300] * 12, [1e308] * 12).outcome is Outcome.IMPROVEMENT
+    worse = compare("decode_tok_s", [1e308] * 12, [1e-300] * 12)
+    assert worse.outcome is Outcome.REGRESSION and "-100.0%" in worse.message()

@@ -62,6 +62,7 @@ half the time, by construction: the floor is the point estimate's cut-off.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
@@ -117,8 +118,8 @@ class Comparison:
         }[self.outcome]
         values = f"{_fmt(self.baseline_median, unit)} -> {_fmt(self.current_median, unit)}"
         evidence = (
-            f"{self.ratio - 1.0:+.1%}, threshold {self.threshold:.0%}, p={self.p_value:.2g}, "
-            f"{self.ci_level:.0%} CI of shift ratio [{self.ci_low:.3f}, {self.ci_high:.3f}], {n}"
+            f"{_fmt_change(self.ratio)}, threshold {self.threshold:.0%}, p={self.p_value:.2g}, "
+            f"{self.ci_level:.0%} CI of shift ratio [{_fmt_ratio(self.ci_low)}, {_fmt_ratio(self.ci_high)}], {n}"
         )
         line = f"{self.metric} {verb}: {values} ({evidence})"
         if self.outcome is MetricOutcome.IMPROVEMENT:
@@ -149,9 +150,10 @@ def compare_samples(
     direction, threshold, alpha = _resolve(metric, direction, threshold, alpha)
     base, cur = _validate(metric, "baseline", baseline), _validate(metric, "current", current)
     m, n = len(base), len(cur)
-    base_med = float(np.median(base)) if m else math.nan
-    cur_med = float(np.median(cur)) if n else math.nan
-    ratio = cur_med / base_med
+    base_med = _median(base) if m else math.nan
+    cur_med = _median(cur) if n else math.nan
+    # In log space: any two finite positive medians have a finite log ratio (1e-300 vs 1e308 too).
+    ratio = _exp(math.log(cur_med) - math.log(base_med)) if m and n else math.nan
     sign = 1.0 if direction is Direction.HIGHER_IS_BETTER else -1.0
     change = sign * (ratio - 1.0)
     unjudged = Comparison(
@@ -209,7 +211,27 @@ def shift_ratio_ci(log_baseline: np.ndarray, log_current: np.ndarray, alpha: flo
     m, n = len(log_baseline), len(log_current)
     diffs = np.sort((log_current[None, :] - log_baseline[:, None]).ravel())
     k = _ci_rank(m, n, alpha)  # the CI is [D_(k), D_(mn+1-k)] of the sorted log ratios, 1-based
-    return math.exp(diffs[k - 1]), math.exp(diffs[m * n - k])
+    return _exp(diffs[k - 1]), _exp(diffs[m * n - k])
+
+
+def _exp(log_value: float) -> float:
+    """exp, held at the largest finite float instead of overflowing (a ratio beyond 1e308 is not a
+    measurement anyone needs told apart)."""
+    return math.exp(min(float(log_value), _LOG_MAX_FLOAT))
+
+
+_LOG_MAX_FLOAT = math.log(sys.float_info.max)
+
+
+def _median(values: np.ndarray) -> float:
+    """The median without numpy's overflow: the two middle values of an even count are averaged as
+    low + (high - low) / 2, finite for any finite inputs."""
+    ordered = np.sort(values)
+    mid = len(ordered) // 2
+    if len(ordered) % 2:
+        return float(ordered[mid])
+    low, high = float(ordered[mid - 1]), float(ordered[mid])
+    return low + (high - low) / 2
 
 
 def _resolve(
@@ -302,8 +324,18 @@ def _ci_rank(m: int, n: int, alpha: float) -> int:
     return max(1, math.floor(m * n / 2.0 - z * math.sqrt(m * n * (m + n + 1) / 12.0)))
 
 
+def _fmt_change(ratio: float) -> str:
+    """A relative change; beyond a hundredfold as a factor, which stays short for any finite ratio."""
+    return f"{ratio - 1.0:+.1%}" if ratio < 100 else f"x{ratio:.3g}"
+
+
+def _fmt_ratio(ratio: float) -> str:
+    return f"{ratio:.3f}" if 1e-3 <= ratio < 1e4 else f"{ratio:.3g}"
+
+
 def _fmt(value: float, unit: str) -> str:
     if unit == "s" and value < 1.0:
         return f"{value * 1e3:.4g} ms"
-    shown = f"{value:.4g}" if abs(value) < 1e4 else f"{value:.0f}"  # no exponent for big rates
+    # No exponent for big rates, but no 300-digit number for an absurd one either.
+    shown = f"{value:.4g}" if not 1e4 <= abs(value) < 1e15 else f"{value:.0f}"
     return f"{shown} {unit}".rstrip()
