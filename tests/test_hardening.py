@@ -498,6 +498,25 @@ def test_non_utf8_deployment_file_under_pytest_is_one_collection_error(pytester:
     assert "Traceback" not in result.stdout.str() and "UnicodeDecodeError" not in result.stdout.str()
 
 
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--sglang-version=x/../.."], "--sglang-version: SGLang version 'x/../..': not a release version"),
+        (["--sglang-version=0.5.23", "--sglang-python=/usr/bin/python3"], "--sglang-python and --sglang-version"),
+    ],
+)
+def test_option_mistakes_are_one_usage_error_before_any_item(
+    pytester: pytest.Pytester, args: list[str], said: str
+) -> None:
+    make_project(pytester.path)
+    pytester.makeini("[pytest]\ntestpaths = deployments\n")
+    result = pytester.runpytest_subprocess("-m", "preflight", *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert said in result.stderr.str(), result.stderr.str()
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
+    assert len(result.stdout.str() + result.stderr.str()) < 1000
+
+
 def test_report_of_a_missing_results_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["report", str(tmp_path / "nope" / "run")]) == 2
     assert "nope/run: no such results folder" in _one_line_error(capsys)

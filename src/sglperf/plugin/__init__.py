@@ -151,6 +151,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{name}: {meaning}")
     config.addinivalue_line("markers", MARKER_HELP)
 
+    _check_usage(config)
     results_dir = _results_dir(config)
     progress: Progress = LiveProgress(config, results_dir)
     config.stash[PROGRESS_KEY] = progress
@@ -188,6 +189,18 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[SIGTERM_KEY] = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
     except ValueError:
         pass  # not the main thread
+
+
+def _check_usage(config: pytest.Config) -> None:
+    """Option mistakes, found once before collection: one usage error, not one failure per item."""
+    python, version = config.getoption("sglang_python"), config.getoption("sglang_version")
+    if python and version:
+        raise pytest.UsageError("--sglang-python and --sglang-version both given: pass one of them")
+    if version:
+        try:
+            envs.check_version(version)
+        except envs.BadVersionError as exc:
+            raise pytest.UsageError(f"--sglang-version: {exc}") from None
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
