@@ -3,6 +3,7 @@ nothing that could not be read is overwritten. Fast: no SGLang environment, no s
 
 from __future__ import annotations
 
+import asyncio
 import http.server
 import json
 import math
@@ -13,6 +14,7 @@ import stat
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,9 +26,12 @@ from hypothesis import strategies as st
 
 from sglperf import cli
 from sglperf.baselines import regression, store
+from sglperf.measure import meter
+from sglperf.measure.samples import MeterError
 from sglperf.model.deployment import DeploymentError, load
 from sglperf.model.measurement import BaselineStatus, Provenance
-from sglperf.runtime import server
+from sglperf.runtime import server, server_info
+from sglperf.runtime.http_deadline import TooLargeError, get_within
 from sglperf.runtime.server import ServerSpec, ServerStartError
 from sglperf.session.live_session import LiveOptions, LiveSession
 
@@ -335,6 +340,96 @@ def test_health_timeout_says_what_was_last_answered(tmp_path: Path, monkeypatch:
     assert "not healthy within 0 s" in message
     assert '/health_generate last answered 500: {"error": "scheduler not ready", "detail": "xxx' in message
     assert "x" * 300 not in message  # the start of the body, not all of it
+
+
+# -- audit 2026-12 #1: a server that drips bytes outlives no deadline ----------------------------------
+
+
+class _Drips(http.server.BaseHTTPRequestHandler):
+    """Headers at once, then one body byte every 0.3 s for as long as the client listens (slow-loris)."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", "100000")
+        self.end_headers()
+        try:
+            while not self.server.stopping.is_set():  # type: ignore[attr-defined]
+                self.wfile.write(b"x")
+                self.wfile.flush()
+                self.server.stopping.wait(0.3)  # type: ignore[attr-defined]
+        except OSError:
+            pass
+
+    do_POST = do_GET
+
+    def log_message(self, *_a: object) -> None:
+        pass
+
+
+@pytest.fixture
+def dripping() -> Iterator[str]:
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Drips)
+    httpd.stopping = threading.Event()  # type: ignore[attr-defined]
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.stopping.set()  # type: ignore[attr-defined]
+        httpd.shutdown()
+
+
+def test_a_dripping_health_endpoint_ends_at_the_startup_deadline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dripping: str
+) -> None:
+    monkeypatch.setattr(server, "POLL_S", 0.05)
+    true = shutil.which("true") or "/bin/true"
+    s = server.Server(ServerSpec(name="drip", python=true, argv=(), log_path=tmp_path / "s.log", startup_timeout_s=1.5))
+    s.proc.wait()
+    s.proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    s.base_url = dripping
+    started = time.monotonic()
+    try:
+        with pytest.raises(ServerStartError) as excinfo:
+            s.wait_healthy()
+    finally:
+        s.stop(grace_s=1.0)
+    assert time.monotonic() - started < 1.5 + 3.0
+    message = str(excinfo.value)
+    assert "not healthy within 2 s" in message and "no complete answer within" in message, message
+    assert "bytes of body" in message
+
+
+def test_dripping_introspection_and_control_endpoints_end_in_time(
+    dripping: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started = time.monotonic()
+    with pytest.raises(server_info.LiveError, match="no complete answer within"):
+        server_info.read_facts(dripping, timeout_s=1.0)
+    assert time.monotonic() - started < 2.5
+    monkeypatch.setattr(meter, "CONTROL_DEADLINE_S", 1.0)
+    workload = load(QWEN36).workloads[0]
+    session = meter._Session(dripping, workload, None, 5.0, 5.0, "default")
+
+    async def flush_then_info() -> tuple[float | None, str | None]:
+        try:
+            with pytest.raises(MeterError, match="/flush_cache: no complete answer within"):
+                await session.flush_cache()
+            return await session.server_accept_length()
+        finally:
+            await session.close()
+
+    started = time.monotonic()
+    value, why = asyncio.run(flush_then_info())
+    assert value is None and why is not None and "no complete answer within" in why
+    assert time.monotonic() - started < 5.0
+
+
+def test_an_endless_answer_is_refused_at_its_cap(dripping: str) -> None:
+    with pytest.raises(TooLargeError, match="answered more than 3 bytes"):
+        get_within(dripping + "/server_info", 5.0, limit_bytes=3)
 
 
 # -- 12: baseline summaries come from the samples; a metric without samples is an error --------------

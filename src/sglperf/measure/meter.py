@@ -62,6 +62,10 @@ DEFAULT_TIMEOUT_S = 600.0  # a whole request; long outputs at low rates take min
 DEFAULT_CHUNK_TIMEOUT_S = 60.0  # silence between two chunks (covers a long prefill) before it is a stall
 DEFAULT_MODEL = "default"  # SGLang serves one model and does not check the name
 
+# Control requests (flush, server info) end by this wall time: httpx's timeouts bound each read, and a
+# server that drips a byte every few seconds would otherwise hold the run.
+CONTROL_DEADLINE_S = 30.0
+_NO_ANSWER = f"no complete answer within {CONTROL_DEADLINE_S:g} s (a wedged server?)"
 FLUSH_ATTEMPTS = 20  # SGLang refuses a flush while a finished request is still being retired
 FLUSH_RETRY_S = 0.05
 
@@ -220,7 +224,9 @@ class _Session:
         # real CPU server right after a round): ask again for a moment before calling it a failure.
         for attempt in range(FLUSH_ATTEMPTS):
             try:
-                response = await self.http.post(FLUSH_CACHE_PATH)
+                response = await asyncio.wait_for(self.http.post(FLUSH_CACHE_PATH), CONTROL_DEADLINE_S)
+            except TimeoutError:
+                raise MeterError(f"{self.base_url}{FLUSH_CACHE_PATH}: {_NO_ANSWER}") from None
             except httpx.HTTPError as exc:
                 raise MeterError(f"{self.base_url}{FLUSH_CACHE_PATH}: {type(exc).__name__}: {exc}") from None
             if response.status_code != 400 or attempt == FLUSH_ATTEMPTS - 1:
@@ -234,7 +240,9 @@ class _Session:
         info = None
         for path in SERVER_INFO_PATHS:
             try:
-                response = await self.http.get(path)
+                response = await asyncio.wait_for(self.http.get(path), CONTROL_DEADLINE_S)
+            except TimeoutError:
+                return None, f"{path}: {_NO_ANSWER}"
             except httpx.HTTPError as exc:
                 return None, f"{path}: {type(exc).__name__}: {exc}"
             if response.status_code == 200:

@@ -28,12 +28,14 @@ import psutil
 from sglperf.model.process_exit import describe_exit
 from sglperf.model.progress import Progress, silent
 from sglperf.runtime import shm_ledger
+from sglperf.runtime.http_deadline import Reply, get_within
 from sglperf.sglang.flags import API_KEY_FLAG, HOST_FLAG, PORT_FLAG
 from sglperf.sglang.server_api import HEALTH_PATHS, LAUNCH_MODULE
 
 HOST = "127.0.0.1"
 PROGRESS_EVERY_S = 30.0
 POLL_S = 0.25
+HEALTH_ATTEMPT_S = 10.0  # one health request, wall time
 LEDGER_EVERY_S = 2.0  # how often a starting server's /dev/shm files are written down (shm_ledger)
 # A string, not an import: production code never imports the test double.
 EMULATOR_MODULE = "sglperf.testing.emulator"
@@ -151,45 +153,47 @@ class Server:
         last_progress = last_ledger = self.started_at
         paths = list(HEALTH_PATHS)
         last_answer = "nothing answered yet"
-        with httpx.Client(timeout=10.0, headers=self.headers) as client:
-            while True:
-                code = self.proc.poll()
-                if code is not None:
-                    self.stop()
-                    raise ServerStartError(
-                        f"{self.spec.name}: server {describe_exit(code)} during startup after "
-                        f"{time.monotonic() - self.started_at:.1f} s ({' '.join(self.command)}); "
-                        f"log {self.spec.log_path} ends with:\n{self.log_tail()}"
-                    )
-                try:
-                    response = client.get(self.base_url + paths[0])
-                    if response.status_code == 404 and len(paths) > 1:
-                        paths.pop(0)  # releases without /health_generate
-                    elif response.status_code == 200:
-                        self.write_down_shared_memory()  # before anyone hears "healthy" and may kill us
-                        return time.monotonic() - self.started_at
-                    last_answer = f"{paths[0]} last answered {_describe_response(response)}"
-                except httpx.HTTPError as exc:  # not listening yet, or no answer in time
-                    if last_answer.startswith("nothing answered"):
-                        last_answer = f"nothing answered yet ({type(exc).__name__}: {exc})"[:300]
-                now = time.monotonic()
-                if now - last_ledger >= LEDGER_EVERY_S:
-                    self.write_down_shared_memory()
-                    last_ledger = now
-                if now > deadline:
-                    self.stop()
-                    raise ServerStartError(
-                        f"{self.spec.name}: not healthy within {self.spec.startup_timeout_s:.0f} s "
-                        f"(deployment launch.startup_timeout_s); {last_answer}; "
-                        f"log {self.spec.log_path} ends with:\n{self.log_tail()}"
-                    )
-                if now - last_progress >= PROGRESS_EVERY_S:
-                    progress(
-                        f"{self.spec.name}: starting for {now - self.started_at:.0f} s; "
-                        f"last log line: {self.last_log_line()}"
-                    )
-                    last_progress = now
-                time.sleep(POLL_S)
+        while True:
+            code = self.proc.poll()
+            if code is not None:
+                self.stop()
+                raise ServerStartError(
+                    f"{self.spec.name}: server {describe_exit(code)} during startup after "
+                    f"{time.monotonic() - self.started_at:.1f} s ({' '.join(self.command)}); "
+                    f"log {self.spec.log_path} ends with:\n{self.log_tail()}"
+                )
+            try:
+                # A wall-clock bound per attempt, never past the start-up deadline: a server that
+                # drips bytes cannot hold the loop (http_deadline).
+                attempt_s = min(HEALTH_ATTEMPT_S, max(0.0, deadline - time.monotonic()) + 1.0)
+                response = get_within(self.base_url + paths[0], attempt_s, self.headers)
+                if response.status_code == 404 and len(paths) > 1:
+                    paths.pop(0)  # releases without /health_generate
+                elif response.status_code == 200:
+                    self.write_down_shared_memory()  # before anyone hears "healthy" and may kill us
+                    return time.monotonic() - self.started_at
+                last_answer = f"{paths[0]} last answered {_describe_response(response)}"
+            except httpx.HTTPError as exc:  # not listening yet, or no answer in time
+                if last_answer.startswith("nothing answered"):
+                    last_answer = f"nothing answered yet ({type(exc).__name__}: {exc})"[:300]
+            now = time.monotonic()
+            if now - last_ledger >= LEDGER_EVERY_S:
+                self.write_down_shared_memory()
+                last_ledger = now
+            if now > deadline:
+                self.stop()
+                raise ServerStartError(
+                    f"{self.spec.name}: not healthy within {self.spec.startup_timeout_s:.0f} s "
+                    f"(deployment launch.startup_timeout_s); {last_answer}; "
+                    f"log {self.spec.log_path} ends with:\n{self.log_tail()}"
+                )
+            if now - last_progress >= PROGRESS_EVERY_S:
+                progress(
+                    f"{self.spec.name}: starting for {now - self.started_at:.0f} s; "
+                    f"last log line: {self.last_log_line()}"
+                )
+                last_progress = now
+            time.sleep(POLL_S)
 
     def pids(self) -> list[int]:
         try:
@@ -237,7 +241,7 @@ class Server:
         return self._stopped
 
 
-def _describe_response(response: httpx.Response, limit: int = 200) -> str:
+def _describe_response(response: Reply, limit: int = 200) -> str:
     """`500: {"error": ...}`: the status code and the start of the body, on one line."""
     body = " ".join(response.text.split())
     if not body:

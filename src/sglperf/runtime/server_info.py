@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import httpx
 
 from sglperf.model.server_facts import ServerFacts
+from sglperf.runtime.http_deadline import get_within
 from sglperf.sglang.server_api import MODEL_INFO_PATHS, NOT_ARGS, SERVER_INFO_PATHS
 
 
@@ -16,11 +18,11 @@ class LiveError(RuntimeError):
     """The server's introspection endpoints failed; the message names server and endpoint."""
 
 
-def _get_json(client: httpx.Client, base_url: str, paths: Sequence[str]) -> dict[str, Any]:
+def _get_json(base_url: str, paths: Sequence[str], deadline: float, headers: Mapping[str, str]) -> dict[str, Any]:
     problems = []
     for path in paths:
         try:
-            response = client.get(base_url + path)
+            response = get_within(base_url + path, deadline - time.monotonic(), headers)
         except httpx.HTTPError as exc:
             raise LiveError(f"{base_url}{path}: {exc}") from None
         if response.status_code == 404:
@@ -39,7 +41,8 @@ def _get_json(client: httpx.Client, base_url: str, paths: Sequence[str]) -> dict
 
 
 def read_facts(base_url: str, headers: Mapping[str, str] | None = None, timeout_s: float = 30.0) -> ServerFacts:
-    with httpx.Client(timeout=timeout_s, headers=dict(headers or {})) as client:
-        info = _get_json(client, base_url, SERVER_INFO_PATHS)
-        model = _get_json(client, base_url, MODEL_INFO_PATHS)
+    """Both endpoints within ``timeout_s`` of wall time in all."""
+    deadline = time.monotonic() + timeout_s
+    info = _get_json(base_url, SERVER_INFO_PATHS, deadline, headers or {})
+    model = _get_json(base_url, MODEL_INFO_PATHS, deadline, headers or {})
     return ServerFacts.from_server_info(base_url, info, model, NOT_ARGS)
