@@ -10,14 +10,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sglperf.measure import meter
 from sglperf.measure.stream import sse_events
 from sglperf.measure.transport import (
     Ending,
+    Exchange,
     Origin,
     TransportError,
     decode_response,
     post_streamed,
 )
+from sglperf.model.deployment import Workload
 
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 
@@ -201,3 +204,29 @@ def test_nobody_listening_is_cannot_connect() -> None:
             asyncio.run(
                 post_streamed(Origin("127.0.0.1", port, False, ""), "/", b"", {}, timeout_s=1, chunk_timeout_s=1)
             )
+
+
+def test_a_flooding_server_is_cut_off_at_the_limit() -> None:
+    """A /generate that streams megabytes without end: the reads kept stay near the limit and the
+    exchange ends at once as TOO_LARGE (the audit's run grew to 11 GB)."""
+    block = b"x" * 2**20
+
+    async def flood(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(HEAD)
+        for _chunk in range(200):  # 200 MiB if nobody stops it
+            writer.write(b"%x\r\n%s\r\n" % (len(block), block))
+            await writer.drain()
+
+    ending, raw, _ = asyncio.run(asyncio.wait_for(_against(flood, limit_bytes=4 * 2**20), 10))
+    assert ending is Ending.TOO_LARGE
+    assert 4 * 2**20 < len(raw) < 4 * 2**20 + 4 * len(block)
+
+
+def test_a_response_cut_off_for_its_size_says_so() -> None:
+    workload = Workload(id="w", prompts="p.jsonl", output_len=256)
+    session = meter._Session("http://127.0.0.1:9", workload, None, 5.0, 5.0, "default")
+    assert session.limit_bytes == meter.response_limit_bytes(256) == 16 * 2**20 + 32 * 256**2
+    cut = Exchange(0.0, ((0.1, b"HTTP/1.1 200 OK\r\n"),), Ending.TOO_LARGE)
+    message = session._interrupted(cut, "after 3 stream events")
+    assert message.startswith("the response outgrew 18 MiB for 256 tokens and was cut off (after 3 stream events)")
+    asyncio.run(session.close())

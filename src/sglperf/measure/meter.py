@@ -80,6 +80,13 @@ class RoundProbe(Protocol):
     def busiest_others(self) -> str: ...
 
 
+def response_limit_bytes(output_len: int) -> int:
+    """The most one streamed response may hold. SGLang's native stream repeats the whole text and
+    output_ids in every event, so a stream grows with the square of its length; 32 bytes x
+    output_len**2 + 16 MiB leaves room for that and for logprobs, and cuts off a server that floods."""
+    return 16 * 2**20 + 32 * output_len**2
+
+
 class RoundMarks(Protocol):
     """Told where each round starts and where the workload ends (`sglperf.runtime.log_windows`: what the
     server logged during each round). ``begin`` comes after the round's cache flush, just before its
@@ -132,6 +139,7 @@ class _Session:
     ) -> None:
         self.base_url, self.workload, self.model = base_url, workload, model
         self.timeout_s, self.chunk_timeout_s = timeout_s, chunk_timeout_s
+        self.limit_bytes = response_limit_bytes(workload.output_len)
         # OpenAI-compatible servers expect a bearer token even when they do not check it.
         token = api_key or ("EMPTY" if workload.api != "native" else None)
         self.headers = {"Authorization": f"Bearer {token}"} if token else {}
@@ -162,6 +170,7 @@ class _Session:
                 self.headers,
                 timeout_s=self.timeout_s,
                 chunk_timeout_s=self.chunk_timeout_s,
+                limit_bytes=self.limit_bytes,
             )
         except TransportError as exc:
             raise ctx.error(str(exc)) from None
@@ -194,6 +203,11 @@ class _Session:
             return f"stall: no data for {self.chunk_timeout_s:g} s {when}"
         if exchange.ending is Ending.TIMED_OUT:
             return f"no complete answer within {self.timeout_s:g} s ({when})"
+        if exchange.ending is Ending.TOO_LARGE:
+            return (
+                f"the response outgrew {self.limit_bytes / 2**20:.0f} MiB for {self.workload.output_len} tokens and "
+                f"was cut off ({when}): a flooding server, or a stream format far larger than SGLang's"
+            )
         return f"connection dropped {when}" + (f" ({exchange.detail})" if exchange.detail else "")
 
     def body(self, prompt: Prompt) -> dict[str, Any]:

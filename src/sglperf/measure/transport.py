@@ -27,6 +27,7 @@ from typing import cast
 from urllib.parse import urlsplit
 
 CONNECT_TIMEOUT_S = 30.0
+DEFAULT_LIMIT_BYTES = 64 * 2**20
 _LAST_CHUNK = b"0\r\n\r\n"  # a chunked body's end: the zero-size chunk, no trailers
 
 
@@ -68,6 +69,7 @@ class Ending(enum.Enum):
     LOST = "lost"  # the connection broke (reset, TLS error)
     STALLED = "stalled"  # no data for chunk_timeout_s
     TIMED_OUT = "timed out"  # the whole request took longer than timeout_s
+    TOO_LARGE = "too large"  # the response outgrew limit_bytes (a flooding server)
 
 
 @dataclass(frozen=True)
@@ -84,8 +86,10 @@ class Exchange:
 class _Recorder(asyncio.Protocol):
     """Appends each read with its arrival time; closes when a chunked body's last chunk arrives."""
 
-    def __init__(self, closed: asyncio.Future[None]) -> None:
+    def __init__(self, closed: asyncio.Future[None], limit_bytes: int) -> None:
         self.reads: list[tuple[float, bytes]] = []
+        self.limit_bytes = limit_bytes
+        self.size = 0
         self.closed = closed
         self.transport: asyncio.Transport | None = None
         self.ending = Ending.CLOSED
@@ -98,6 +102,10 @@ class _Recorder(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.reads.append((time.perf_counter(), data))
+        self.size += len(data)
+        if self.size > self.limit_bytes:
+            self.abort(Ending.TOO_LARGE)
+            return
         # The server closes too (Connection: close); not waiting for it frees the slot sooner. A false
         # match cannot pass unnoticed: decode_response would then find the body incomplete. The tail
         # of the previous read counts too: the terminator may arrive split over two reads.
@@ -126,15 +134,17 @@ async def post_streamed(
     *,
     timeout_s: float,
     chunk_timeout_s: float,
+    limit_bytes: int = DEFAULT_LIMIT_BYTES,
 ) -> Exchange:
-    """POST ``body`` and record the response until the server closes, it stalls or time runs out.
+    """POST ``body`` and record the response until the server closes, it stalls, time runs out or it
+    outgrows ``limit_bytes`` (then it is cut off: memory stays bounded whatever the server sends).
 
     A failure to connect raises :class:`TransportError`; how reading ended is in the returned
     :attr:`Exchange.ending`, with whatever was read until then.
     """
     loop = asyncio.get_running_loop()
     closed: asyncio.Future[None] = loop.create_future()
-    recorder = _Recorder(closed)
+    recorder = _Recorder(closed, limit_bytes)
     context = ssl.create_default_context() if origin.tls else None
     try:
         async with asyncio.timeout(CONNECT_TIMEOUT_S):
