@@ -432,6 +432,39 @@ def test_an_endless_answer_is_refused_at_its_cap(dripping: str) -> None:
         get_within(dripping + "/server_info", 5.0, limit_bytes=3)
 
 
+# -- audit 2026-12 #4: write errors are one line, nothing half-written ---------------------------------
+
+
+def test_a_baseline_folder_that_cannot_be_written_is_one_baseline_error(tmp_path: Path) -> None:
+    (tmp_path / "baselines").write_text("a file where the folder should be")
+    path = tmp_path / "baselines" / "2xA6000" / "qwen36" / "mtp1.json"
+    with pytest.raises(store.BaselineError) as excinfo:
+        store.record(path, "qwen36", "mtp1", _prov(), _entry(concurrency=1))
+    message = str(excinfo.value)
+    assert message.startswith(f"{path}: cannot be written (") and "nothing was changed" in message, message
+    assert "\n" not in message and (tmp_path / "baselines").read_text().startswith("a file")
+
+
+def test_a_baseline_lock_that_is_a_symlink_is_refused_and_its_target_untouched(tmp_path: Path) -> None:
+    target = tmp_path / "precious.txt"
+    target.write_text("keep me")
+    path = tmp_path / "mtp1.json"
+    Path(str(path) + ".lock").symlink_to(target)
+    with pytest.raises(store.BaselineError, match=r"lock .*mtp1.json.lock is a symbolic link; remove"):
+        store.record(path, "qwen36", "mtp1", _prov(), _entry(concurrency=1))
+    assert target.read_text() == "keep me" and not path.exists()
+
+
+def test_a_results_dir_that_is_a_file_is_one_usage_error(pytester: pytest.Pytester) -> None:
+    make_project(pytester.path)
+    pytester.makeini("[pytest]\ntestpaths = deployments\n")
+    (pytester.path / "results-file").write_text("x")
+    result = pytester.runpytest_subprocess("-m", "preflight", f"--results-dir={pytester.path / 'results-file'}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "--results-dir: " in result.stderr.str() and "results-file is a file, not a folder" in result.stderr.str()
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
+
+
 # -- 12: baseline summaries come from the samples; a metric without samples is an error --------------
 
 

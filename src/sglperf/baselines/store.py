@@ -16,7 +16,7 @@ from pathlib import Path
 from filelock import FileLock
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from sglperf.model.files import write_text_atomic
+from sglperf.model.files import os_problem, write_text_atomic
 from sglperf.model.measurement import Provenance, SampleSummary
 
 SCHEMA_VERSION = 1
@@ -194,9 +194,27 @@ def write_atomic(path: Path, baseline: Baseline) -> None:
 def record(
     path: Path, deployment: str, variant: str, provenance: Provenance, entry: Entry
 ) -> tuple[Baseline | None, Baseline]:
-    """Add or replace one entry under the file's lock; returns (old, new)."""
+    """Add or replace one entry under the file's lock; returns (old, new). A folder or lock that cannot
+    be written is a BaselineError naming it; the file is then left as it was."""
+    lock = Path(str(path) + ".lock")
+    if lock.is_symlink():
+        # The lock is opened for writing: a link would have us write wherever it points.
+        raise _error(path, f"its lock {lock} is a symbolic link", f"remove {lock} (sglperf makes its own)")
+    try:
+        return _record(path, lock, deployment, variant, provenance, entry)
+    except OSError as exc:
+        raise _error(
+            path,
+            f"cannot be written ({os_problem(exc)}); nothing was changed",
+            "make its folder writable or free space, then record again",
+        ) from None
+
+
+def _record(
+    path: Path, lock: Path, deployment: str, variant: str, provenance: Provenance, entry: Entry
+) -> tuple[Baseline | None, Baseline]:
     path.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(path) + ".lock"):
+    with FileLock(str(lock)):
         old: Baseline | None = None
         try:
             old = load(path)

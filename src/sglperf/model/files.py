@@ -3,6 +3,7 @@ interrupted one) never see half of."""
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -14,6 +15,29 @@ GIB = 1024**3
 # A name that becomes part of a path or a test id (deployment keys, variant and workload ids, record
 # keys): it cannot hold a separator, start with a dot, or be empty, so it stays inside its folder.
 SAFE_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+
+
+def os_problem(exc: OSError) -> str:
+    """An OSError in words for one line: "Read-only file system (EROFS)"."""
+    code = errno.errorcode.get(exc.errno or 0)
+    return f"{exc.strerror or exc}" + (f" ({code})" if code else "")
+
+
+def writable_folder_problem(folder: Path) -> str | None:
+    """Why files could not be written into ``folder``, or None: checked without creating anything (the
+    nearest existing folder on its path must be writable; a file in the way is named)."""
+    probe = folder
+    while not probe.exists():
+        if probe.is_symlink():
+            return f"{probe} is a dangling symbolic link"
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if probe.exists() and not probe.is_dir():
+        return f"{probe} is a file, not a folder"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"cannot write in {probe}: permission denied or a read-only file system"
+    return None
 
 
 class OutsideFolderError(ValueError):

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from sglperf.model.files import writable_folder_problem
 from sglperf.model.host_load import DEFAULT_MAX_HOST_LOAD
 from sglperf.model.progress import Progress
 from sglperf.plugin.items import DeploymentFile
@@ -153,6 +154,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
     _check_usage(config)
     results_dir = _results_dir(config)
+    if problem := writable_folder_problem(results_dir):
+        raise pytest.UsageError(f"--results-dir: {problem}; pass a writable folder")
     progress: Progress = LiveProgress(config, results_dir)
     config.stash[PROGRESS_KEY] = progress
 

@@ -25,7 +25,7 @@ from sglperf.measure.prompts import load_prompts
 from sglperf.measure.samples import WorkloadResult
 from sglperf.model.batch_evidence import BatchEvidence
 from sglperf.model.deployment import Deployment, Variant, Workload
-from sglperf.model.files import strict_json, write_text_atomic
+from sglperf.model.files import os_problem, strict_json, write_text_atomic
 from sglperf.model.hardware import memory_bandwidth
 from sglperf.model.host_load import DEFAULT_MAX_HOST_LOAD, HostLoadSummary
 from sglperf.model.measurement import BaselineStatus, MeasurementRecord, Provenance, Roofline, Rounds
@@ -482,7 +482,10 @@ class LiveSession:
         )
         out = self.options.results_dir / "measurements" / f"{key}.json"
         written = {**record.model_dump(mode="json"), "result": result.to_record()}
-        write_text_atomic(out, strict_json(written, indent=1, sort_keys=True, default=str))
+        try:
+            write_text_atomic(out, strict_json(written, indent=1, sort_keys=True, default=str))
+        except OSError as exc:  # the numbers above are still reported; the file is not half-written
+            record.problems.append(f"{out}: cannot write the measurement record ({os_problem(exc)})")
         return record
 
     def _batch_evidence(
