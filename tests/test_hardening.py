@@ -33,7 +33,7 @@ from sglperf.model.measurement import BaselineStatus, Provenance
 from sglperf.runtime import server, server_info
 from sglperf.runtime.http_deadline import TooLargeError, get_within
 from sglperf.runtime.server import ServerSpec, ServerStartError
-from sglperf.session.live_session import LiveOptions, LiveSession
+from sglperf.session.live_session import LiveOptions, LiveSession, _user_emulator_config
 
 from .conftest import QWEN36, ROOT, make_project
 
@@ -204,6 +204,53 @@ def test_unknown_deployment_path_is_exit_2(
     assert "nope.toml: no such deployment file" in _one_line_error(capsys)
     assert cli.main([*command, str(tmp_path)]) == 2
     assert "no deployment files found" in _one_line_error(capsys)
+
+
+# -- audit 2026-12 #7, #8: over-long paths and special files are one line, never a hang ---------------
+
+
+@pytest.fixture
+def special_files(tmp_path: Path) -> dict[str, Path]:
+    fifo = tmp_path / "fifo.toml"
+    os.mkfifo(fifo)
+    big = tmp_path / "big.toml"
+    with open(big, "wb") as fh:
+        fh.truncate(65 * 2**20)  # sparse: no disk used
+    return {
+        "device": Path("/dev/zero"),
+        "fifo": fifo,
+        "oversized": big,
+        "over-long path": tmp_path / ("d" * 5000 + ".toml"),
+    }
+
+
+SAID = {
+    "device": "not a regular file",
+    "fifo": "not a regular file",
+    "oversized": "larger than 64 MiB",
+    "over-long path": "File name too long (ENAMETOOLONG)",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(SAID))
+def test_special_files_as_deployment_baseline_or_emulator_config_are_one_line(
+    kind: str, special_files: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = special_files[kind]
+    assert cli.main(["preflight", str(path)]) == 2
+    assert SAID[kind] in _one_line_error(capsys)
+    assert cli.main(["baseline", "show", str(path)]) == 2
+    assert SAID[kind] in _one_line_error(capsys)
+    with pytest.raises(server.ServerStartError, match=SAID[kind].replace("(", r"\(").replace(")", r"\)")):
+        _user_emulator_config(f"@{path}")
+
+
+def test_a_model_config_that_is_a_device_names_the_deployment_field(tmp_path: Path) -> None:
+    make_project(tmp_path)
+    path = tmp_path / "deployments" / "qwen36.toml"
+    path.write_text(QWEN36.read_text().replace("../models/qwen3.6-27b/config.json", "/dev/zero"))
+    with pytest.raises(DeploymentError, match=r"model.config: /dev/zero: cannot read it: not a regular file"):
+        load(path)
 
 
 # -- 8: the nightly says "report: PATH" only when it wrote one ---------------------------------------

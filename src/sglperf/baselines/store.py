@@ -16,7 +16,7 @@ from pathlib import Path
 from filelock import FileLock
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from sglperf.model.files import os_problem, write_text_atomic
+from sglperf.model.files import os_problem, read_input, write_text_atomic
 from sglperf.model.measurement import Provenance, SampleSummary
 
 SCHEMA_VERSION = 1
@@ -127,13 +127,13 @@ def _reject_constant(name: str) -> float:
 def load(path: Path) -> Baseline:
     """Read and check one baseline file; every problem is a BaselineError naming the file."""
     try:
-        data = path.read_bytes()
+        data = read_input(path)
     except FileNotFoundError:
         raise BaselineMissing(f"{path}: no baseline", "no baseline") from None
     except IsADirectoryError:
         raise _error(path, "is a directory", "give a baseline file (<runner>/<deployment>/<variant>.json)") from None
     except OSError as exc:
-        raise _error(path, f"cannot read it: {exc.strerror or exc}", "") from None
+        raise _error(path, f"cannot read it: {os_problem(exc)}", "") from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:

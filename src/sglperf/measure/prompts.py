@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sglperf.model.files import os_problem, read_input
+
 ROLES = frozenset({"system", "user", "assistant"})
 KEYS = frozenset({"id", "messages"})
 
@@ -55,11 +57,11 @@ def load_prompts(path: str | Path) -> PromptSet:
     """Read and validate one JSONL prompt file."""
     path = Path(path)
     try:
-        data = path.read_bytes()
+        data = read_input(path)
     except FileNotFoundError:
         raise PromptError(f"{path}: no such prompt file") from None
     except OSError as exc:
-        raise PromptError(f"{path}: cannot read: {exc}") from None
+        raise PromptError(f"{path}: cannot read: {os_problem(exc)}") from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:

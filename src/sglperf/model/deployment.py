@@ -15,7 +15,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator, model_validator
 from pydantic_core import ErrorDetails
 
-from sglperf.model.files import SAFE_NAME_PATTERN
+from sglperf.model.files import SAFE_NAME_PATTERN, os_problem, read_input
 from sglperf.model.intent_names import INTENT_NAMES, SPECULATIVE
 from sglperf.model.metrics import METRICS, with_inherited_floors
 
@@ -366,30 +366,30 @@ def _describe(error: ErrorDetails, raw: dict[str, Any]) -> str:
     return f"{where}: {message}"
 
 
-def _read_text(path: Path, where: str = "") -> str:
+def _read_text(path: Path, where: str = "", missing: str = "does not exist") -> str:
     """A file's text, or DeploymentError naming it (`where`: the deployment file and field that name it)."""
 
     def error(problem: str) -> DeploymentError:
         return DeploymentError(f"{where}: {path}: {problem}" if where else f"{path}: {problem}")
 
     try:
-        return path.read_text(encoding="utf-8")
+        return read_input(path).decode("utf-8")
     except FileNotFoundError:
-        raise error("does not exist") from None
+        raise error(missing) from None
     except IsADirectoryError:
         raise error("is a directory, not a file") from None
     except UnicodeDecodeError as exc:
         raise error(f"not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start})") from None
-    except (OSError, ValueError) as exc:  # permissions, a NUL byte in the path, ...
+    except OSError as exc:  # permissions, a device or FIFO, an over-long path, ...
+        raise error(f"cannot read it: {os_problem(exc)}") from None
+    except ValueError as exc:  # a NUL byte in the path
         raise error(f"cannot read it: {exc}") from None
 
 
 def load(path: str | Path) -> Deployment:
     """Read and validate one deployment file."""
     path = Path(path)
-    if not path.exists() and not path.is_symlink():
-        raise DeploymentError(f"{path}: no such deployment file")
-    text = _read_text(path)
+    text = _read_text(path, missing="no such deployment file")
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -416,11 +416,9 @@ def _check_files(deployment: Deployment) -> None:
         config = deployment.config_path
     except (OSError, ValueError, RuntimeError) as exc:
         raise DeploymentError(f"{where}: {deployment.model.config} is not a usable path: {exc}") from None
-    if not config.exists():
-        raise DeploymentError(
-            f"{where}: {config} does not exist (preflight needs the model's config.json; ship it under models/)"
-        )
-    text = _read_text(config, where)
+    text = _read_text(
+        config, where, missing="does not exist (preflight needs the model's config.json; ship it under models/)"
+    )
     try:
         data = json.loads(text)
     except (json.JSONDecodeError, RecursionError) as exc:
@@ -441,7 +439,11 @@ def discover(paths: list[str | Path]) -> list[Deployment]:
     """Load deployment files and directories of them (``*.toml``), sorted by key."""
     files: list[Path] = []
     for p in map(Path, paths):
-        files.extend(sorted(p.glob("*.toml")) if p.is_dir() else [p])
+        try:
+            folder = p.is_dir()
+        except OSError:  # an over-long name, say: load() says so, naming it
+            folder = False
+        files.extend(sorted(p.glob("*.toml")) if folder else [p])
     if not files:
         raise DeploymentError(f"no deployment files found in {', '.join(map(str, paths))}")
     return sorted((load(f) for f in files), key=lambda d: d.key)

@@ -7,6 +7,7 @@ import errno
 import json
 import math
 import os
+import stat
 import threading
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,33 @@ GIB = 1024**3
 # A name that becomes part of a path or a test id (deployment keys, variant and workload ids, record
 # keys): it cannot hold a separator, start with a dot, or be empty, so it stays inside its folder.
 SAFE_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+
+
+# Deployment files, configs, baselines, prompt sets, records: the largest real one is well under this.
+INPUT_LIMIT_BYTES = 64 * 2**20
+
+
+class InputFileError(OSError):
+    """An input that is not a regular file of reasonable size (``strerror`` says which)."""
+
+    def __init__(self, problem: str) -> None:
+        super().__init__(errno.EINVAL, problem)
+
+
+def read_input(path: Path, limit_bytes: int = INPUT_LIMIT_BYTES) -> bytes:
+    """A regular file's bytes, at most ``limit_bytes``: a device (/dev/zero), a FIFO (which would block
+    forever) or an oversized file is an InputFileError; missing, a directory or an over-long path raise
+    the OSError Python raises, for the caller's message."""
+    info = os.stat(path)
+    if stat.S_ISDIR(info.st_mode):
+        raise IsADirectoryError(errno.EISDIR, "is a directory", str(path))
+    if not stat.S_ISREG(info.st_mode):
+        raise InputFileError("not a regular file (a device, FIFO or socket): sglperf reads only regular files")
+    with open(path, "rb") as fh:
+        data = fh.read(limit_bytes + 1)
+    if len(data) > limit_bytes:
+        raise InputFileError(f"larger than {limit_bytes // 2**20} MiB: not an input sglperf reads")
+    return data
 
 
 def os_problem(exc: OSError) -> str:

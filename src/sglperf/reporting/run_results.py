@@ -8,6 +8,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from sglperf.model.files import os_problem, read_input
 from sglperf.model.measurement import MeasurementRecord
 from sglperf.model.verdict import Verdict
 
@@ -39,7 +40,9 @@ def _verdict(path: Path, n: int, line: str) -> Verdict:
 
 def read_measurement(path: Path) -> MeasurementRecord:
     try:
-        return MeasurementRecord.model_validate_json(path.read_bytes())
+        return MeasurementRecord.model_validate_json(read_input(path))
+    except OSError as exc:
+        raise ResultsError(f"{path}: cannot read it: {os_problem(exc)}") from None
     except ValidationError as exc:
         first = exc.errors(include_url=False)[0]
         raise ResultsError(

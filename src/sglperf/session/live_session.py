@@ -25,7 +25,7 @@ from sglperf.measure.prompts import load_prompts
 from sglperf.measure.samples import WorkloadResult
 from sglperf.model.batch_evidence import BatchEvidence
 from sglperf.model.deployment import Deployment, Variant, Workload
-from sglperf.model.files import os_problem, strict_json, write_text_atomic
+from sglperf.model.files import os_problem, read_input, strict_json, write_text_atomic
 from sglperf.model.hardware import memory_bandwidth
 from sglperf.model.host_load import DEFAULT_MAX_HOST_LOAD, HostLoadSummary
 from sglperf.model.measurement import BaselineStatus, MeasurementRecord, Provenance, Roofline, Rounds
@@ -636,8 +636,10 @@ def _user_emulator_config(text: str | None) -> dict[str, Any]:
     if not text:
         return {}
     try:
-        data = json.loads(Path(text[1:]).read_text() if text.startswith("@") else text)
-    except (OSError, json.JSONDecodeError) as exc:
+        data = json.loads(read_input(Path(text[1:])) if text.startswith("@") else text)
+    except OSError as exc:
+        raise server.ServerStartError(f"--emulator-config {text!r}: cannot read it: {os_problem(exc)}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise server.ServerStartError(f"--emulator-config {text!r}: not JSON or @file of JSON ({exc})") from None
     if not isinstance(data, dict):
         raise server.ServerStartError(f"--emulator-config {text!r}: expected a JSON object")

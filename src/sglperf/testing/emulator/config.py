@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sglperf.model.files import os_problem, read_input
 from sglperf.sglang.batch_log import (
     DECODE_LOG_INTERVAL_FIELD,
     DECODE_LOG_INTERVAL_FLAG,
@@ -109,9 +110,9 @@ class EmulatorConfig:
         text = value
         if value.startswith("@"):
             try:
-                text = Path(value[1:]).read_text()
+                text = read_input(Path(value[1:])).decode("utf-8", errors="replace")
             except OSError as exc:
-                raise ConfigError(f"{CONFIG_ENV}: cannot read {value[1:]}: {exc}") from exc
+                raise ConfigError(f"{CONFIG_ENV}: cannot read {value[1:]}: {os_problem(exc)}") from exc
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
