@@ -326,6 +326,30 @@ def test_strings_for_numbers_are_errors_naming_file_and_field(
         assert "write it without quotes" in message
 
 
+@pytest.mark.parametrize(
+    ("edit", "said"),
+    [
+        (
+            ("[launch]", '[launch]\nenv = { A = "x\\u0000y" }'),
+            "launch.env.A: 'x\\x00y' is not allowed; expected a value without NUL",
+        ),
+        (
+            ("[launch]", '[launch]\nenv = { "A=B" = "1" }'),
+            "launch.env.A=B.[key]: 'A=B' is not allowed; expected an environment variable name",
+        ),
+        (("startup_timeout_s = 1800", "startup_timeout_s = inf"), "launch.startup_timeout_s"),
+        (("startup_timeout_s = 1800", "startup_timeout_s = 1e12"), "launch.startup_timeout_s"),
+    ],
+)
+def test_values_that_would_fail_later_are_refused_at_load(tmp_path: Path, edit: tuple[str, str], said: str) -> None:
+    make_project(tmp_path)
+    path = tmp_path / "deployments" / "qwen36.toml"
+    path.write_text(QWEN36.read_text().replace(*edit, 1))
+    with pytest.raises(DeploymentError) as excinfo:
+        load(path)
+    assert said in str(excinfo.value), str(excinfo.value)
+
+
 def test_toml_integers_are_still_floats(tmp_path: Path) -> None:
     make_project(tmp_path)
     path = tmp_path / "deployments" / "qwen36.toml"

@@ -21,8 +21,20 @@ from sglperf.model.metrics import METRICS, with_inherited_floors
 
 SLUG_PATTERN = SAFE_NAME_PATTERN
 Slug = Annotated[str, Field(pattern=SLUG_PATTERN, max_length=64)]
+ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+ENV_VALUE_PATTERN = r"^[^\x00]*$"
+# Environment for the server: names a process environment can hold, values without NUL (the kernel
+# would refuse them at launch, under SGLang's name).
+EnvVars = dict[
+    Annotated[str, Field(pattern=ENV_NAME_PATTERN, max_length=256)],
+    Annotated[str, Field(pattern=ENV_VALUE_PATTERN, max_length=65536)],
+]
+# A deadline sglperf promises to keep: finite, at most a week.
+Deadline = Annotated[float, Field(gt=0, le=7 * 86400, allow_inf_nan=False)]
 PATTERN_MEANING = {
     SLUG_PATTERN: "letters, digits, '.', '_' and '-' only (it becomes part of test ids and paths)",
+    ENV_NAME_PATTERN: "an environment variable name (letters, digits and '_', not starting with a digit)",
+    ENV_VALUE_PATTERN: "a value without NUL characters",
     r"^\d{1,2}\.\d$": "a compute capability such as '8.6'",
 }
 
@@ -168,7 +180,7 @@ class VersionRule(_Strict):
 
     sglang: str = Field(description="PEP 440 version specifier, e.g. '<0.5.20'")
     flags: list[str] = Field(default_factory=list)
-    env: dict[str, str] = Field(default_factory=dict)
+    env: EnvVars = Field(default_factory=dict)
     reason: str = ""
 
     @field_validator("sglang")
@@ -185,9 +197,9 @@ class Launch(_Strict):
     tp_size: int = Field(ge=1)
     speculative: Speculative | None = None
     extra_flags: list[str] = Field(default_factory=list)
-    env: dict[str, str] = Field(default_factory=dict)
+    env: EnvVars = Field(default_factory=dict)
     when: list[VersionRule] = Field(default_factory=list)
-    startup_timeout_s: float = Field(default=1800, gt=0)
+    startup_timeout_s: Deadline = 1800
 
 
 class Variant(_Strict):
@@ -197,7 +209,7 @@ class Variant(_Strict):
     request: dict[str, StrictBool] = Field(default_factory=dict, description="intents the suite translates to flags")
     expect: dict[str, StrictBool] = Field(default_factory=dict, description="intents checked in the effective args")
     speculative: SpeculativeOverride | None = None
-    env: dict[str, str] = Field(default_factory=dict)
+    env: EnvVars = Field(default_factory=dict)
 
     @field_validator("request", "expect")
     @classmethod
@@ -221,7 +233,7 @@ class Workload(_Strict):
     min_repeats: int = Field(default=3, ge=2, description="rounds a sequential run measures at least")
     api: Literal["native", "openai-chat", "openai-completions"] = "native"
     reuse_prefix_cache: bool = False
-    stall_timeout_s: float = Field(default=60.0, gt=0, description="silence between two chunks that counts as a stall")
+    stall_timeout_s: Deadline = Field(default=60.0, description="silence between two chunks that counts as a stall")
     thresholds: dict[str, float] = Field(default_factory=dict, description="relative regression floors per metric")
 
     @model_validator(mode="after")
