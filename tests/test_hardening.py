@@ -30,10 +30,12 @@ from sglperf.measure import meter
 from sglperf.measure.samples import MeterError
 from sglperf.model.deployment import DeploymentError, load
 from sglperf.model.measurement import BaselineStatus, Provenance
+from sglperf.model.server_facts import ServerFacts
 from sglperf.runtime import server, server_info
 from sglperf.runtime.http_deadline import TooLargeError, get_within
 from sglperf.runtime.server import ServerSpec, ServerStartError
-from sglperf.session.live_session import LiveOptions, LiveSession, _user_emulator_config
+from sglperf.session.live_session import LiveOptions, LiveSession, _emulation_problem, _user_emulator_config
+from sglperf.sglang.server_api import NOT_ARGS
 
 from .conftest import QWEN36, ROOT, make_project
 
@@ -534,6 +536,51 @@ def test_a_results_dir_that_is_a_file_is_one_usage_error(pytester: pytest.Pytest
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "--results-dir: " in result.stderr.str() and "results-file is a file, not a folder" in result.stderr.str()
     assert "Traceback" not in result.stdout.str() + result.stderr.str()
+
+
+# -- audit 2026-12 #12: odd /server_info answers are named, never silently dropped or trusted ----------
+
+
+class _OddServerInfo(http.server.BaseHTTPRequestHandler):
+    answer: dict[str, Any] = {}
+
+    def do_GET(self) -> None:
+        body = json.dumps(self.answer if self.path == "/server_info" else {"architectures": ["X"]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_a: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize("states", ["oops", {"memory_usage": {}}, [1, 2]])
+def test_internal_states_that_are_not_a_list_of_objects_are_an_error(states: Any) -> None:
+    handler = type("H", (_OddServerInfo,), {"answer": {"version": "0.5.23", "internal_states": states}})
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{httpd.server_address[1]}"
+    try:
+        with pytest.raises(server_info.LiveError, match=r"internal_states is .*, not a list of objects"):
+            server_info.read_facts(url, timeout_s=5.0)
+    finally:
+        httpd.shutdown()
+
+
+def test_odd_memory_usage_reads_as_absent_not_a_crash() -> None:
+    info = {"version": "0.5.23", "internal_states": [{"memory_usage": ["not", "a", "dict"]}]}
+    facts = ServerFacts.from_server_info("http://x", info, {}, NOT_ARGS)
+    assert facts.graph_memory is None and facts.weight_gib is None
+
+
+def test_which_baselines_a_server_gets_follows_the_run_not_the_servers_word() -> None:
+    says = {"version": "0.5.23", "emulated": True}
+    emulator = ServerFacts.from_server_info("http://x", says, {}, NOT_ARGS)
+    sglang = ServerFacts.from_server_info("http://x", {"version": "0.5.23"}, {}, NOT_ARGS)
+    assert _emulation_problem(emulator, emulator=True) is None and _emulation_problem(sglang, emulator=False) is None
+    assert "says it is the emulator, but this run expects SGLang" in str(_emulation_problem(emulator, emulator=False))
+    assert "does not say it is one" in str(_emulation_problem(sglang, emulator=True))
 
 
 # -- 12: baseline summaries come from the samples; a metric without samples is an error --------------

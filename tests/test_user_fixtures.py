@@ -141,7 +141,11 @@ def outside_server(project, sglang_python, tmp_path: Path):
 
 def test_attach_checks_a_running_server_and_leaves_it_running(project, outside_server) -> None:
     url, proc = outside_server
-    result = project("r1", "-m", "live", "-k", "qwen36-mtp1", f"--sglang-url={url}")
+    # An attached emulator is measured as one only with --emulator (the server's word alone never picks
+    # the baseline store); without it the run refuses it.
+    mistaken = project("r0", "-m", "live", "-k", "qwen36-mtp1-prefill", f"--sglang-url={url}")
+    mistaken.stdout.fnmatch_lines(["*says it is the emulator, but this run expects SGLang (pass --emulator*"])
+    result = project("r1", "--emulator", "-m", "live", "-k", "qwen36-mtp1", f"--sglang-url={url}")
     # prefill, decode, overlap, speculative, live-vs-preflight, and the examples' live test; structured output skips
     result.assert_outcomes(passed=6, skipped=1)
     result.stdout.fnmatch_lines([f"*attached to {url}*"])
@@ -149,7 +153,14 @@ def test_attach_checks_a_running_server_and_leaves_it_running(project, outside_s
     assert not (project.path / "r1" / "servers").exists()  # nothing launched
 
     refused = project(
-        "r2", "-m", "measure or live", "-k", "qwen36-mtp1 and short", f"--sglang-url={url}", "--update-baselines"
+        "r2",
+        "--emulator",
+        "-m",
+        "measure or live",
+        "-k",
+        "qwen36-mtp1 and short",
+        f"--sglang-url={url}",
+        "--update-baselines",
     )
     refused.stdout.fnmatch_lines(["*identity is incomplete*--sglang-url-gpus*"])
     assert proc.poll() is None

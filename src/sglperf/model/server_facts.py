@@ -45,7 +45,7 @@ class ServerFacts:
     def graph_memory(self) -> dict[str, float] | None:
         """Per-phase CUDA graph memory (GB) of the first rank, on releases that report it (0.5.17+)."""
         for state in self.internal_states:
-            graph = (state.get("memory_usage") or {}).get("graph")
+            graph = _memory_usage(state).get("graph")
             if isinstance(graph, Mapping):
                 return {str(k): float(v) for k, v in graph.items() if isinstance(v, (int, float))}
         return None
@@ -53,7 +53,7 @@ class ServerFacts:
     @property
     def weight_gib(self) -> float | None:
         for state in self.internal_states:
-            weight = (state.get("memory_usage") or {}).get("weight")
+            weight = _memory_usage(state).get("weight")
             if isinstance(weight, (int, float)):
                 return float(weight)
         return None
@@ -74,3 +74,8 @@ class ServerFacts:
                 gb = float(memory) if isinstance(memory, (int, float)) else None
                 return tuple(int(s) for s in sizes if isinstance(s, int)), gb
         return None
+
+
+def _memory_usage(state: Mapping[str, Any]) -> Mapping[str, Any]:
+    usage = state.get("memory_usage")
+    return usage if isinstance(usage, Mapping) else {}

@@ -11,7 +11,7 @@ import httpx
 
 from sglperf.model.server_facts import ServerFacts
 from sglperf.runtime.http_deadline import get_within
-from sglperf.sglang.server_api import MODEL_INFO_PATHS, NOT_ARGS, SERVER_INFO_PATHS
+from sglperf.sglang.server_api import INTERNAL_STATES_KEY, MODEL_INFO_PATHS, NOT_ARGS, SERVER_INFO_PATHS
 
 
 class LiveError(RuntimeError):
@@ -44,5 +44,12 @@ def read_facts(base_url: str, headers: Mapping[str, str] | None = None, timeout_
     """Both endpoints within ``timeout_s`` of wall time in all."""
     deadline = time.monotonic() + timeout_s
     info = _get_json(base_url, SERVER_INFO_PATHS, deadline, headers or {})
+    states = info.get(INTERNAL_STATES_KEY)
+    if states is not None and not (isinstance(states, list) and all(isinstance(s, dict) for s in states)):
+        # SGLang answers a list of objects, one per rank; anything else would silently drop the evidence.
+        raise LiveError(
+            f"{base_url}/server_info: {INTERNAL_STATES_KEY} is {type(states).__name__}, not a list of objects: "
+            "not an answer SGLang gives; its live evidence cannot be read"
+        )
     model = _get_json(base_url, MODEL_INFO_PATHS, deadline, headers or {})
     return ServerFacts.from_server_info(base_url, info, model, NOT_ARGS)

@@ -219,16 +219,17 @@ class LiveSession:
             raise
         try:
             facts = server_info.read_facts(running_server.base_url, running_server.headers)
+            if problem := _emulation_problem(facts, self.options.emulator):
+                raise server.ServerStartError(f"{name}: {problem}")
+            if deployment.runner.is_cpu and not facts.emulated and facts.device != "cpu":
+                raise server.ServerStartError(
+                    f"{name}: CPU runner {deployment.runner.name!r}, but the server says device = {facts.device!r}"
+                )
         except BaseException:
             running_server.stop()
             if lease:
                 lease.release()
             raise
-        if deployment.runner.is_cpu and not facts.emulated and facts.device != "cpu":
-            running_server.stop()
-            raise server.ServerStartError(
-                f"{name}: CPU runner {deployment.runner.name!r}, but the server says device = {facts.device!r}"
-            )
         # The CPU shim says in the server's log when it told SGLang of an AMX this CPU lacks; the
         # effective args then read intel_amx, so every measurement repeats it.
         shimmed = deployment.runner.is_cpu and AMX_NOTE in running_server.log_tail(100_000)
@@ -261,6 +262,9 @@ class LiveSession:
         except AttachError as exc:
             self._failures[key] = str(exc)
             raise server.ServerStartError(str(exc)) from None
+        if problem := _emulation_problem(facts, self.options.emulator):
+            self._failures[key] = f"--sglang-url {url}: {problem}"
+            raise server.ServerStartError(self._failures[key])
         problems = attached_profile_problems(facts, deployment, gpus_declared)
         if problems and not self.options.ignore_runner_mismatch:
             raise LiveSkip(
@@ -598,6 +602,16 @@ class LiveSession:
 
     def close(self) -> None:
         self.stop()
+
+
+def _emulation_problem(facts: ServerFacts, emulator: bool) -> str | None:
+    """Which baseline store a measurement uses follows from what this run started (--emulator), never
+    from the server's word alone; a server whose word disagrees is refused."""
+    if facts.emulated == emulator:
+        return None
+    if facts.emulated:
+        return "the server says it is the emulator, but this run expects SGLang (pass --emulator for the emulator)"
+    return "this run expects the emulator (--emulator), but the server does not say it is one"
 
 
 def _with_decode_log_interval(

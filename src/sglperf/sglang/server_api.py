@@ -18,10 +18,11 @@ FLUSH_CACHE_PATH = "/flush_cache"
 MODELS_PATH = "/v1/models"
 GENERATE_PATHS = {"native": "/generate", "openai-chat": "/v1/chat/completions", "openai-completions": "/v1/completions"}
 
+INTERNAL_STATES_KEY = "internal_states"  # /server_info: one object per rank
 # /server_info keys that are not server args: SGLang's version, live state and (0.5.23) how long each
 # start-up phase took; the emulator adds the last ones about itself.
 NOT_ARGS = frozenset(
-    {"version", "internal_states", "startup_time", "emulated", "effective_source", "flush_count", "emulator_config"}
+    {"version", INTERNAL_STATES_KEY, "startup_time", "emulated", "effective_source", "flush_count", "emulator_config"}
 )
 # The KV cache pool in tokens, as the scheduler sized it (a /server_info key, not a server arg).
 KV_POOL_TOKENS_FIELD = "max_total_num_tokens"
