@@ -141,6 +141,44 @@ def test_a_damaged_preflight_cache_is_recomputed_and_said_once(sglang_python, tm
 
 
 @pytest.mark.needs_sglang
+def test_cache_damage_that_is_not_ours_to_remove_is_worked_around_and_a_wrong_release_never_trusted(
+    sglang_python, tmp_path: Path
+) -> None:
+    """A folder where an entry should be (left alone, that entry not cached), JSON nested 200k deep,
+    a well-formed release entry of another release, and a cache path that is a file."""
+    deployment = load(QWEN36)
+    python = sglang_python(NEW_SGLANG)
+    cache = tmp_path / "cache"
+    first = preflight.Resolver(python, deployment.runner, cache_dir=cache)
+    before = {(c.variant.id, v.intent): v.status for c in preflight.check(deployment, first) for v in c.verdicts}
+    first.close()
+    entries = sorted(cache.glob("*.json"))
+    (release,) = [p for p in entries if "sglang_version" in json.loads(p.read_text())]
+    others = [p for p in entries if p != release]
+    record = json.loads(release.read_text())
+    release.write_text(json.dumps({**record, "sglang_version": "0.0.1"}))
+    others[0].unlink()
+    others[0].mkdir()
+    others[1].write_bytes(b"[" * 200_000 + b"]" * 200_000)
+    said: list[str] = []
+    second = preflight.Resolver(python, deployment.runner, cache_dir=cache, progress=said.append)
+    assert second.release().version == NEW_SGLANG
+    after = {(c.variant.id, v.intent): v.status for c in preflight.check(deployment, second) for v in c.verdicts}
+    second.close()
+    assert after == before and others[0].is_dir()
+    assert json.loads(release.read_text())["sglang_version"] == NEW_SGLANG
+    assert all("Traceback" not in line for line in said) and any("recomputing" in line for line in said), said
+    not_a_folder = tmp_path / "file"
+    not_a_folder.write_text("x")
+    said.clear()
+    third = preflight.Resolver(python, deployment.runner, cache_dir=not_a_folder, progress=said.append)
+    uncached = {(c.variant.id, v.intent): v.status for c in preflight.check(deployment, third) for v in c.verdicts}
+    third.close()
+    assert uncached == before
+    assert any("preflight cache not used" in line and "is a file" in line for line in said), said
+
+
+@pytest.mark.needs_sglang
 def test_the_documented_preflight_works_right_after_set_up(sglang_python, tmp_path: Path) -> None:
     """The harness venv has no SGLang: the newest managed release is used, and said."""
     sglang_python(NEW_SGLANG)

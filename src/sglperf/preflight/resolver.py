@@ -9,6 +9,7 @@ start the worker at all.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import hashlib
 import json
 import os
@@ -25,7 +26,7 @@ from typing import Any, TypeVar
 from filelock import FileLock
 
 from sglperf.model.deployment import RunnerProfile
-from sglperf.model.files import write_text_atomic
+from sglperf.model.files import os_problem, read_input, writable_folder_problem, write_text_atomic
 from sglperf.model.process_exit import describe_exit
 from sglperf.model.progress import Progress, say_once, silent
 from sglperf.model.resolution import LogLine, ModelFacts, Resolution, SGLangError, Write
@@ -273,16 +274,21 @@ class Resolver:
         self._release: Release | None = None
         self._progress = progress
         self._said_discarded = False
+        self._cache_problem = writable_folder_problem(self.cache_dir)
+        if self._cache_problem:
+            say_once(progress, f"preflight cache not used ({self._cache_problem}): every variant is resolved afresh")
 
     def _cached(self, key: str, parse: Callable[[dict[str, Any]], T]) -> T | None:
         """A cache entry parsed into its record, or None. An entry that is not what this code wrote
         (damaged, truncated, edited by hand) is discarded and recomputed, and said once per run."""
+        if self._cache_problem:
+            return None
         path = self.cache_dir / f"{key}.json"
         try:
-            raw = json.loads(path.read_bytes().decode("utf-8"))
+            raw = json.loads(read_input(path).decode("utf-8"))
         except FileNotFoundError:
             return None
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
             self._discard(path, f"unreadable ({type(exc).__name__})")
             return None
         try:
@@ -297,13 +303,23 @@ class Resolver:
         return self._cached(key, lambda raw: resolution_from_probe(argv, env, raw, cached=True))
 
     def _discard(self, path: Path, why: str) -> None:
+        """Recompute a damaged entry; a file this code wrote is replaced, anything else (a folder, a
+        device) is left where it is and that entry is simply not cached."""
         if not self._said_discarded:
             self._progress(f"preflight cache entry {path} is {why}: recomputing it (and any other damaged entry)")
             self._said_discarded = True
-        path.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            if path.is_file() and not path.is_symlink():
+                path.unlink()
 
     def _store(self, key: str, payload: dict[str, Any]) -> None:
-        write_text_atomic(self.cache_dir / f"{key}.json", json.dumps(payload), fsync=False)
+        if self._cache_problem:
+            return
+        path = self.cache_dir / f"{key}.json"
+        try:
+            write_text_atomic(path, json.dumps(payload), fsync=False)
+        except OSError as exc:
+            say_once(self._progress, f"preflight cache entry {path} not written ({os_problem(exc)}): not cached")
 
     def _ensure_worker(self) -> _Worker:
         if self._worker is None:
@@ -331,6 +347,10 @@ class Resolver:
         if self._release is None:
             key = _digest({**self._key_base, "what": "release"})
             release = self._cached(key, self._release_from)
+            if release is not None and release.version != self.version:
+                # Well formed, but another release's: never trusted (the key should have prevented it).
+                self._discard(self.cache_dir / f"{key}.json", f"for SGLang {release.version}, not {self.version}")
+                release = None
             if release is None:
                 hello = self._ensure_worker().hello
                 release = self._release_from(hello)
@@ -370,8 +390,7 @@ class Resolver:
         missing = [i for i, r in enumerate(results) if r is None]
         if missing:
             # One lock per cache folder: parallel pytest workers wait instead of importing SGLang twice.
-            self.cache_dir.mkdir(parents=True, exist_ok=True)
-            with FileLock(str(self.cache_dir / f"{keys[missing[0]]}.lock")):
+            with self._cache_lock(keys[missing[0]]):
                 for i in missing:
                     argv, env = jobs[i]
                     found = self._cached_resolution(keys[i], argv, env)
@@ -385,6 +404,12 @@ class Resolver:
                         found = resolution_from_probe(argv, env, raw, cached=False)
                     results[i] = found
         return [r for r in results if r is not None]
+
+    def _cache_lock(self, key: str) -> contextlib.AbstractContextManager[object]:
+        if self._cache_problem:
+            return contextlib.nullcontext()
+        self.cache_dir.mkdir(parents=True, exist_ok=True)
+        return FileLock(str(self.cache_dir / f"{key}.lock"))
 
     def close(self) -> None:
         if self._worker is not None:
