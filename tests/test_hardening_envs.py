@@ -8,8 +8,10 @@ import json
 import os
 import stat
 import sys
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from sglperf import preflight
@@ -99,11 +101,15 @@ def test_a_bad_python_is_one_line_and_exit_2(
     python = {
         "not-executable": "/etc/passwd",
         "garbage": _program(tmp_path, "garbage", "echo 'hello there'"),
-        "hangs": _program(tmp_path, "hangs", "sleep 30"),
+        "hangs": _program(tmp_path, "hangs", "sleep 31.4159"),
     }[case]
+    started = time.monotonic()
     assert main(["preflight", str(QWEN36), "--python", python]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and expected in err[0] and python in err[0], err
+    # The timeout ends the program and everything it started (here the script's sleep), at once.
+    assert time.monotonic() - started < 10
+    assert not [p for p in psutil.process_iter(["cmdline"]) if "31.4159" in " ".join(p.info["cmdline"] or [])]
 
 
 def test_emulated_runs_lock_their_simulated_gpus_in_their_own_results(

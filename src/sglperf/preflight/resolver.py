@@ -32,6 +32,7 @@ from sglperf.model.progress import Progress, say_once, silent
 from sglperf.model.resolution import LogLine, ModelFacts, Resolution, SGLangError, Write
 from sglperf.sglang import envs
 from sglperf.sglang.intents import Option, ParserInfo
+from sglperf.sglang.processes import kill_group, run_bounded
 
 T = TypeVar("T")
 PROBE = Path(__file__).with_name("probe.py")
@@ -140,7 +141,7 @@ def installed_sglang(python: str) -> tuple[str, float]:
     )
     what = f"interpreter {python}"
     try:
-        proc = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=INTERPRETER_TIMEOUT_S)
+        proc = run_bounded([python, "-c", code], INTERPRETER_TIMEOUT_S)
     except OSError as exc:  # not executable, not a program at all
         raise PreflightError(f"{what} cannot be run ({exc.strerror or exc}); pass a Python interpreter") from None
     except subprocess.TimeoutExpired:
@@ -242,6 +243,7 @@ class _Worker:
             except (OSError, subprocess.TimeoutExpired):
                 self.proc.kill()
                 self.proc.wait()
+        kill_group(self.proc.pid)  # anything it started (it leads its own session)
         try:
             os.unlink(self._stderr.name)
         except OSError:

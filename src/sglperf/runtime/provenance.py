@@ -16,6 +16,7 @@ from sglperf.model.measurement import Provenance
 from sglperf.model.server_facts import ServerFacts
 from sglperf.runtime import gpus
 from sglperf.sglang.flags import LOAD_FORMAT_FLAG
+from sglperf.sglang.processes import run_bounded
 from sglperf.sglang.server_api import KV_POOL_TOKENS_FIELD, LAUNCH_SPECIFIC_FIELDS
 
 
@@ -29,7 +30,7 @@ def effective_digest(effective: Mapping[str, Any]) -> str:
 def _torch_versions(python: str) -> tuple[str, str]:
     code = "import torch, json; print(json.dumps([torch.__version__, torch.version.cuda or 'none']))"
     try:
-        proc = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=120)
+        proc = run_bounded([python, "-c", code], 120)
         torch_version, cuda = json.loads(proc.stdout.strip().splitlines()[-1])
         return str(torch_version), str(cuda)
     except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):

@@ -31,6 +31,7 @@ from packaging.version import InvalidVersion, Version
 
 from sglperf.model.deployment import CpuKernel, RunnerProfile
 from sglperf.model.progress import Progress, say_once, silent
+from sglperf.sglang.processes import run_bounded
 from sglperf.sglang.server_api import BENCH_SERVING_MODULES
 
 TORCH_SPEC = ("torch==2.14.1", "torchvision==0.29.1")
@@ -507,7 +508,7 @@ def bench_serving_module(python: str) -> str:
         "    except ImportError:\n"
         "        pass\n"
     )
-    out = subprocess.run([python, "-c", probe, *BENCH_SERVING_MODULES], capture_output=True, text=True, timeout=300)
+    out = run_bounded([python, "-c", probe, *BENCH_SERVING_MODULES], 300)
     found = out.stdout.strip().splitlines()
     if out.returncode != 0 or not found:
         raise EnvBuildError(
