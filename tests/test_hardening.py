@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
@@ -581,6 +582,39 @@ def test_which_baselines_a_server_gets_follows_the_run_not_the_servers_word() ->
     assert _emulation_problem(emulator, emulator=True) is None and _emulation_problem(sglang, emulator=False) is None
     assert "says it is the emulator, but this run expects SGLang" in str(_emulation_problem(emulator, emulator=False))
     assert "does not say it is one" in str(_emulation_problem(sglang, emulator=True))
+
+
+# -- audit 2026-12 #14: a crashed server's grandchild that left the session is stopped too -------------
+
+ESCAPER = """
+import os, sys, time
+marker = sys.argv[1]
+if os.fork() == 0:  # the middle process
+    if os.fork() == 0:  # the grandchild: leaves the session, outlives both
+        os.setsid()
+        os.execvp("sleep", ["sleep", marker])
+    time.sleep(1.0)
+    os._exit(0)  # the grandchild is re-parented to init
+time.sleep(2.0)
+sys.exit(3)  # the server crashes during start-up
+"""
+
+
+def test_a_crashed_servers_grandchild_that_left_the_session_is_stopped(tmp_path: Path) -> None:
+    marker = "47.1234"
+    true = shutil.which("true") or "/bin/true"
+    s = server.Server(ServerSpec(name="crash", python=true, argv=(), log_path=tmp_path / "s.log", startup_timeout_s=30))
+    s.proc.wait()
+    s.proc = subprocess.Popen([sys.executable, "-c", ESCAPER, marker], start_new_session=True)
+    s.base_url = "http://127.0.0.1:9"  # nothing answers: the loop watches the tree until the crash
+    try:
+        with pytest.raises(ServerStartError, match="server exited with code 3 during startup"):
+            s.wait_healthy()
+    finally:
+        s.stop(grace_s=1.0)
+    time.sleep(0.2)
+    left = [p.pid for p in psutil.process_iter(["cmdline"]) if marker in " ".join(p.info["cmdline"] or [])]
+    assert not left, f"the escaped grandchild survived: {left}"
 
 
 # -- 12: baseline summaries come from the samples; a metric without samples is an error --------------

@@ -129,6 +129,9 @@ class Server:
         self.started_at = time.monotonic()
         self._stopped: StopReport | None = None
         self._ledger: shm_ledger.LedgerEntry | None = None
+        # Every process of the tree seen so far (pid -> start time): one that leaves the session and
+        # whose parent dies is in neither the tree nor the group at stop(), but it was seen here.
+        self._seen: dict[int, float] = {}
         with _LIVE_LOCK:
             _LIVE.add(self)
 
@@ -154,6 +157,7 @@ class Server:
         paths = list(HEALTH_PATHS)
         last_answer = "nothing answered yet"
         while True:
+            self._remember(_tree(self.proc.pid))
             code = self.proc.poll()
             if code is not None:
                 self.stop()
@@ -202,6 +206,23 @@ class Server:
         except psutil.NoSuchProcess:
             return []
 
+    def _remember(self, procs: list[psutil.Process]) -> None:
+        for p in procs:
+            with contextlib.suppress(psutil.Error):
+                self._seen.setdefault(p.pid, p.create_time())
+
+    def _seen_alive(self, known: set[int]) -> list[psutil.Process]:
+        """Processes seen in the tree earlier that still run (the same process: same start time)."""
+        alive = []
+        for pid, created in self._seen.items():
+            if pid in known:
+                continue
+            with contextlib.suppress(psutil.Error):
+                p = psutil.Process(pid)
+                if p.create_time() == created:
+                    alive.append(p)
+        return alive
+
     def write_down_shared_memory(self) -> None:
         """What the server maps in /dev/shm, in the ledger, in case this process is killed before stop();
         rewritten only when the server maps something it had not."""
@@ -216,6 +237,7 @@ class Server:
             return self._stopped
         started = time.monotonic()
         procs = _tree(self.proc.pid)
+        procs += self._seen_alive({p.pid for p in procs})
         pids = tuple(p.pid for p in procs)
         shared = _shared_memory_files(procs)
         for p in procs:
@@ -277,21 +299,19 @@ def _remove_files(paths: set[str]) -> list[str]:
 
 
 def _tree(pid: int) -> list[psutil.Process]:
-    try:
-        root = psutil.Process(pid)
-    except psutil.NoSuchProcess:
-        return []
-    procs = [root]
+    """The server's process tree and its process group (the launcher leads a session of its own, so
+    its pid is the group's id, even once it has died)."""
+    procs = []
     with contextlib.suppress(psutil.Error):
-        procs += root.children(recursive=True)
-    # Children that left the session are still found through the tree; the session catches the
-    # rest (e.g. a grandchild re-parented to init after its parent died).
-    with contextlib.suppress(psutil.Error, ProcessLookupError):
-        pgid = os.getpgid(pid)
-        for p in psutil.process_iter(["pid"]):
-            with contextlib.suppress(psutil.Error, ProcessLookupError):
-                if p.pid not in {q.pid for q in procs} and os.getpgid(p.pid) == pgid:
-                    procs.append(p)
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    # Children that left the session are still found through the tree; the group catches the rest
+    # (e.g. a grandchild re-parented to init after its parent died); `Server._seen` what left both.
+    known = {q.pid for q in procs}
+    for p in psutil.process_iter(["pid"]):
+        with contextlib.suppress(psutil.Error, ProcessLookupError):
+            if p.pid not in known and os.getpgid(p.pid) == pid:
+                procs.append(p)
     return procs
 
 
