@@ -4,7 +4,9 @@ nothing that could not be read is overwritten. Fast: no SGLang environment, no s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import http.server
+import io
 import json
 import math
 import os
@@ -984,3 +986,67 @@ def test_fuzz_baseline_mutated_valid_file(tmp_path: Path, data: st.DataObject) -
     else:
         content = _mutate(VALID_BASELINE, data)
     _check_baseline_bytes(tmp_path, content)
+
+
+# -- fuzz: any measurement record in a (downloaded) results folder: a report or one line, nothing outside
+
+
+def _valid_record() -> dict[str, Any]:
+    samples = {"decode_tok_s": [64.0, 65.0, 66.0], "ttft_s": [0.1, 0.11, 0.12]}
+    return {
+        "key": "qwen36-mtp1-decode-chat-c1",
+        "deployment": "qwen36",
+        "variant": "mtp1",
+        "workload": "decode-chat",
+        "concurrency": 1,
+        "emulated": False,
+        "sglang_version": "0.5.23",
+        "provenance": json.loads(_prov().model_dump_json()),
+        "samples": samples,
+        "summary": {m: {"n": 3, "median": v[1], "p10": v[0], "p90": v[2]} for m, v in samples.items()},
+        "baseline": "baselines/x.json",
+        "batches": {
+            "log": "s.log",
+            "decode_log_interval": 8,
+            "graph_label": "cuda graph",
+            "rounds": [{"round": 0, "prefill": 1, "prefill_graph": 1, "decode": 4, "decode_graph": 4}],
+        },
+    }
+
+
+def _check_report_of(tmp_path: Path, content: bytes) -> None:
+    root = tmp_path / "fuzz-report"
+    if root.exists():
+        shutil.rmtree(root)
+    folder = root / "deep" / "results"
+    (folder / "measurements").mkdir(parents=True)
+    (folder / "measurements" / "qwen36-mtp1-decode-chat-c1.json").write_bytes(content)
+    before = set(root.rglob("*"))
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = cli.main(["report", str(folder)])
+    if code == 2:
+        lines = err.getvalue().strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("sglperf: ") and "Traceback" not in lines[0], err.getvalue()
+        assert set(root.rglob("*")) == before  # nothing written when refused
+    else:
+        assert code == 0, err.getvalue()
+    written = set(root.rglob("*")) - before
+    assert all(folder in p.parents for p in written), written  # nothing outside the folder
+
+
+@FUZZ
+@given(data=st.data())
+def test_fuzz_measurement_record_mutated(tmp_path: Path, data: st.DataObject) -> None:
+    record = _valid_record()
+    if data.draw(st.booleans()):
+        content = json.dumps(_mutate_json(record, data)).encode()
+    else:
+        content = _mutate(json.dumps(record, indent=1), data)
+    _check_report_of(tmp_path, content)
+
+
+@FUZZ
+@given(value=JSON_VALUES)
+def test_fuzz_measurement_record_jsonish(tmp_path: Path, value: Any) -> None:
+    _check_report_of(tmp_path, json.dumps(value).encode())
