@@ -117,9 +117,10 @@ class Comparison:
             MetricOutcome.UNCHANGED: "unchanged",
         }[self.outcome]
         values = f"{_fmt(self.baseline_median, unit)} -> {_fmt(self.current_median, unit)}"
+        ci = f"[{_fmt_ratio(self.ci_low)}, {_fmt_ratio(self.ci_high)}]"
         evidence = (
             f"{_fmt_change(self.ratio)}, threshold {self.threshold:.0%}, p={self.p_value:.2g}, "
-            f"{self.ci_level:.0%} CI of shift ratio [{_fmt_ratio(self.ci_low)}, {_fmt_ratio(self.ci_high)}], {n}"
+            f"{_fmt_level(self.ci_level)} CI of shift ratio {ci}, {n}"
         )
         line = f"{self.metric} {verb}: {values} ({evidence})"
         if self.outcome is MetricOutcome.IMPROVEMENT:
@@ -327,6 +328,11 @@ def _ci_rank(m: int, n: int, alpha: float) -> int:
 def _fmt_change(ratio: float) -> str:
     """A relative change; beyond a hundredfold as a factor, which stays short for any finite ratio."""
     return f"{ratio - 1.0:+.1%}" if ratio < 100 else f"x{ratio:.3g}"
+
+
+def _fmt_level(level: float) -> str:
+    """98%, or 99.98% for a sequential plan's small alpha (never a rounded "100%")."""
+    return f"{level:.0%}" if level <= 0.99 else f"{level * 100:.8g}%"
 
 
 def _fmt_ratio(ratio: float) -> str:
