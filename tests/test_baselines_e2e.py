@@ -121,6 +121,14 @@ def test_record_then_unchanged_slower_lower_acceptance_faster(suite) -> None:
         ]
     )
 
+    # ... and such rounds never become the baseline.
+    refused = suite("--update-baselines", graph_replayed=False)
+    refused.assert_outcomes(failed=1)
+    refused.stdout.fnmatch_lines(
+        ["*refusing to record a baseline for qwen36/mtp3-prefill-graph: its rounds did not run what its intents say*"]
+    )
+    assert store.load(path) == stored
+
     faster = suite(decode_slowdown=0.92)
     faster.assert_outcomes(passed=1)
     faster.stdout.fnmatch_lines(["*improved: *decode_tok_s*refresh with --update-baselines*"])

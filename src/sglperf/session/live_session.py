@@ -439,7 +439,7 @@ class LiveSession:
         rounds = Rounds(used=used, budget=workload.repeats, sequential=plan is not None, reason=reason)
         entry = store.make_entry(workload.id, concurrency, prompts.digest, workload.output_len, samples)
         if self.options.update_baselines:
-            verdict = self._record(path, deployment, variant, prov, entry)
+            verdict = self._record(path, deployment, variant, prov, entry, batch_problems)
         else:
             record_command = f"pytest -k {key} --update-baselines" + (" --emulator" if running.facts.emulated else "")
             verdict = regression.compare_to_baseline(
@@ -554,10 +554,24 @@ class LiveSession:
         return store.path_for(root, deployment.runner.name, deployment.key, variant.id)
 
     def _record(
-        self, path: Path, deployment: Deployment, variant: Variant, prov: Provenance, entry: store.Entry
+        self,
+        path: Path,
+        deployment: Deployment,
+        variant: Variant,
+        prov: Provenance,
+        entry: store.Entry,
+        ran_otherwise: list[str],
     ) -> regression.BaselineVerdict:
-        """--update-baselines: only from a variant whose effective args were right."""
+        """--update-baselines: only from a variant whose effective args were right and whose rounds ran
+        what its intents say (``ran_otherwise``: the batch evidence's problems)."""
         verdict = regression.BaselineVerdict(status=BaselineStatus.RECORDED)
+        if ran_otherwise:
+            verdict.status = BaselineStatus.REFUSED
+            verdict.problems.append(
+                f"refusing to record a baseline for {deployment.key}/{variant.id}: its rounds did not run what "
+                "its intents say (below)"
+            )
+            return verdict
         running = self.current
         if running is not None and running.inventory.source == "unknown":
             verdict.status = BaselineStatus.REFUSED
