@@ -51,7 +51,7 @@ def test_a_failed_write_leaves_the_old_file_whole(tmp_path: Path, monkeypatch: p
         raise OSError("disk full")
 
     monkeypatch.setattr(os, "replace", crash)
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(store.BaselineError, match=r"b.json: cannot be written \(disk full\); nothing was changed"):
         store.record(path, "qwen36", "mtp1", _prov(), _entry(scale=2))
     assert path.read_text() == before
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []

@@ -61,11 +61,11 @@ def _batches_line(m: MeasurementRecord) -> str | None:
         return None
     prefill, prefill_graph = b.total("prefill")
     decode, decode_graph = b.total("decode")
-    every = f"every {b.decode_log_interval} decode steps" if b.decode_log_interval else "at the release's interval"
+    every = f"every {b.decode_log_interval}th step" if b.decode_log_interval else "at the release's interval"
     label = b.graph_label or "no graph field"
     line = (
-        f"Batches (SGLang's log, decode {every}): decode {decode_graph} of {decode} ran the graph, prefill "
-        f"{prefill_graph} of {prefill} ({label})"
+        f"Batches (SGLang's log: every prefill, decode {every}): decode {decode_graph} of {decode} ran the "
+        f"graph, prefill {prefill_graph} of {prefill} ({label})"
     )
     running = [r.max_running_req for r in b.rounds if r.max_running_req is not None]
     queued = [r.max_queue_req for r in b.rounds if r.max_queue_req is not None]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -560,7 +560,7 @@ class LiveSession:
         variant: Variant,
         prov: Provenance,
         entry: store.Entry,
-        ran_otherwise: list[str],
+        ran_otherwise: Sequence[str] = (),
     ) -> regression.BaselineVerdict:
         """--update-baselines: only from a variant whose effective args were right and whose rounds ran
         what its intents say (``ran_otherwise``: the batch evidence's problems)."""
