@@ -10,13 +10,15 @@ import stat
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
 
 from sglperf import preflight
 from sglperf.cli import main
-from sglperf.model.deployment import load
+from sglperf.model.deployment import Deployment, load
+from sglperf.model.verdict import Status
 from sglperf.preflight import resolver as resolver_module
 from sglperf.session import LiveOptions, LiveSession, PreflightSession
 from sglperf.sglang import envs
@@ -125,22 +127,30 @@ def test_emulated_runs_lock_their_simulated_gpus_in_their_own_results(
     assert emulated._gpu_lock_dir() is None  # the variable wins
 
 
-@pytest.mark.needs_sglang
-def test_a_damaged_preflight_cache_is_recomputed_and_said_once(sglang_python, tmp_path: Path) -> None:
+def _statuses(deployment: Deployment, resolver: preflight.Resolver) -> dict[tuple[str, str], Status]:
+    try:
+        return {(c.variant.id, v.intent): v.status for c in preflight.check(deployment, resolver) for v in c.verdicts}
+    finally:
+        resolver.close()
+
+
+def _cached_run(sglang_python: Any, cache: Path) -> tuple[Deployment, str, dict[tuple[str, str], Status]]:
+    """qwen36 resolved once by SGLang 0.5.23 into ``cache``: (deployment, python, the verdicts)."""
     deployment = load(QWEN36)
     python = sglang_python(NEW_SGLANG)
+    return deployment, python, _statuses(deployment, preflight.Resolver(python, deployment.runner, cache_dir=cache))
+
+
+@pytest.mark.needs_sglang
+def test_a_damaged_preflight_cache_is_recomputed_and_said_once(sglang_python, tmp_path: Path) -> None:
     cache = tmp_path / "cache"
-    first = preflight.Resolver(python, deployment.runner, cache_dir=cache)
-    before = {(c.variant.id, v.intent): v.status for c in preflight.check(deployment, first) for v in c.verdicts}
-    first.close()
+    deployment, python, before = _cached_run(sglang_python, cache)
     entries = sorted(cache.glob("*.json"))
     damages = [b"\xff\xfe not utf-8", b"{}", b"[]", b'{"logs": "x"}']
     for path, damage in zip(entries, damages * len(entries)):
         path.write_bytes(damage)
     said: list[str] = []
-    second = preflight.Resolver(python, deployment.runner, cache_dir=cache, progress=said.append)
-    after = {(c.variant.id, v.intent): v.status for c in preflight.check(deployment, second) for v in c.verdicts}
-    second.close()
+    after = _statuses(deployment, preflight.Resolver(python, deployment.runner, cache_dir=cache, progress=said.append))
     assert after == before
     assert len(said) == 1 and "recomputing" in said[0], said
     assert all(json.loads(p.read_text()) for p in cache.glob("*.json"))  # healed on disk too
@@ -152,12 +162,8 @@ def test_cache_damage_that_is_not_ours_to_remove_is_worked_around_and_a_wrong_re
 ) -> None:
     """A folder where an entry should be (left alone, that entry not cached), JSON nested 200k deep,
     a well-formed release entry of another release, and a cache path that is a file."""
-    deployment = load(QWEN36)
-    python = sglang_python(NEW_SGLANG)
     cache = tmp_path / "cache"
-    first = preflight.Resolver(python, deployment.runner, cache_dir=cache)
-    before = {(c.variant.id, v.intent): v.status for c in preflight.check(deployment, first) for v in c.verdicts}
-    first.close()
+    deployment, python, before = _cached_run(sglang_python, cache)
     entries = sorted(cache.glob("*.json"))
     (release,) = [p for p in entries if "sglang_version" in json.loads(p.read_text())]
     others = [p for p in entries if p != release]
@@ -169,18 +175,14 @@ def test_cache_damage_that_is_not_ours_to_remove_is_worked_around_and_a_wrong_re
     said: list[str] = []
     second = preflight.Resolver(python, deployment.runner, cache_dir=cache, progress=said.append)
     assert second.release().version == NEW_SGLANG
-    after = {(c.variant.id, v.intent): v.status for c in preflight.check(deployment, second) for v in c.verdicts}
-    second.close()
-    assert after == before and others[0].is_dir()
+    assert _statuses(deployment, second) == before and others[0].is_dir()
     assert json.loads(release.read_text())["sglang_version"] == NEW_SGLANG
     assert all("Traceback" not in line for line in said) and any("recomputing" in line for line in said), said
     not_a_folder = tmp_path / "file"
     not_a_folder.write_text("x")
     said.clear()
     third = preflight.Resolver(python, deployment.runner, cache_dir=not_a_folder, progress=said.append)
-    uncached = {(c.variant.id, v.intent): v.status for c in preflight.check(deployment, third) for v in c.verdicts}
-    third.close()
-    assert uncached == before
+    assert _statuses(deployment, third) == before
     assert any("preflight cache not used" in line and "is a file" in line for line in said), said
 
 
