@@ -565,13 +565,6 @@ class LiveSession:
         """--update-baselines: only from a variant whose effective args were right and whose rounds ran
         what its intents say (``ran_otherwise``: the batch evidence's problems)."""
         verdict = regression.BaselineVerdict(status=BaselineStatus.RECORDED)
-        if ran_otherwise:
-            verdict.status = BaselineStatus.REFUSED
-            verdict.problems.append(
-                f"refusing to record a baseline for {deployment.key}/{variant.id}: its rounds did not run what "
-                "its intents say (below)"
-            )
-            return verdict
         running = self.current
         if running is not None and running.inventory.source == "unknown":
             verdict.status = BaselineStatus.REFUSED
@@ -588,6 +581,13 @@ class LiveSession:
                 f"refusing to record a baseline for {deployment.key}/{variant.id}: its effective args are wrong ("
                 + "; ".join(f"{v.intent} expected {v.expected}, got {v.actual} ({v.tier})" for v in bad)
                 + ")"
+            )
+            return verdict
+        if ran_otherwise:
+            verdict.status = BaselineStatus.REFUSED
+            verdict.problems.append(
+                f"refusing to record a baseline for {deployment.key}/{variant.id}: its rounds did not run what "
+                "its intents say (below)"
             )
             return verdict
         try:

@@ -197,12 +197,13 @@ class _Handler(BaseHTTPRequestHandler):
             steps = 0
             for i, chunk in enumerate(run.chunks):
                 sleep_until(run.t0 + chunk.at_s)
+                if req.stream:
+                    self._send_events(responder.events(run, chunk))
+                # Logged after the chunk is out, so the log's own cost is never in a measured time.
                 if i == 0:
                     state.log_prefill(run)
                 state.log_decode_steps(run, chunk.verify_ct - steps, chunk.end)
                 steps = chunk.verify_ct
-                if req.stream:
-                    self._send_events(responder.events(run, chunk))
                 self._after_tokens(run, chunk.end, req.stream)
             completed = True
             if req.stream:
