@@ -61,7 +61,7 @@ def _batches_line(m: MeasurementRecord) -> str | None:
         return None
     prefill, prefill_graph = b.total("prefill")
     decode, decode_graph = b.total("decode")
-    every = f"every {b.decode_log_interval}th step" if b.decode_log_interval else "at the release's interval"
+    every = f"1 step in {b.decode_log_interval}" if b.decode_log_interval else "at the release's interval"
     label = b.graph_label or "no graph field"
     line = (
         f"Batches (SGLang's log: every prefill, decode {every}): decode {decode_graph} of {decode} ran the "
