@@ -28,9 +28,9 @@ from sglperf.model.deployment import Deployment, load
 from sglperf.model.intent_names import DECODE_CUDA_GRAPH, OVERLAP_SCHEDULE
 from sglperf.model.measurement import BaselineStatus
 from sglperf.model.verdict import Status
-from sglperf.runtime import shm_ledger
+from sglperf.runtime import server_ledger
 from sglperf.runtime.provenance import effective_digest
-from sglperf.runtime.shm_ledger import SHARED_MEMORY_DIR
+from sglperf.runtime.server_ledger import SHARED_MEMORY_DIR
 from sglperf.session import LiveOptions, LiveSession, PreflightSession
 from sglperf.session.live_session import CPU_NOTE, RunningVariant
 from sglperf.sglang import envs
@@ -307,10 +307,10 @@ def test_no_process_left_when_pytest_is_interrupted(tmp_path: Path, how: str) ->
         return
     assert entry is not None and entry.paths, "the healthy server's shared memory was not written down"
     assert all(os.path.exists(p) for p in entry.paths)  # SIGKILL: nobody stopped the server
-    removed = shm_ledger.sweep()
+    removed = server_ledger.sweep()
     assert set(entry.paths) <= set(removed) and not any(os.path.exists(p) for p in entry.paths)
     assert not entry.file.exists()
 
 
-def _ledger_entries() -> list[shm_ledger.LedgerEntry]:
-    return [shm_ledger.read_entry(f) for f in shm_ledger.entry_files()]
+def _ledger_entries() -> list[server_ledger.LedgerEntry]:
+    return [server_ledger.read_entry(f) for f in server_ledger.entry_files()]

@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from sglperf.runtime import server, shm_ledger
+from sglperf.runtime import server, server_ledger
 from sglperf.runtime.server import ServerSpec, ServerStartError, launch
 from sglperf.testing.emulator.console import READY_LINE
 
@@ -138,12 +138,12 @@ def test_server_dies_with_a_killed_parent(tmp_path: Path) -> None:
         parent.kill()
 
 
-def _ledger_entries() -> list[shm_ledger.LedgerEntry]:
-    return [shm_ledger.read_entry(f) for f in shm_ledger.entry_files()]
+def _ledger_entries() -> list[server_ledger.LedgerEntry]:
+    return [server_ledger.read_entry(f) for f in server_ledger.entry_files()]
 
 
 def _emulator_buffers(pid: int) -> set[str]:
-    return {p for p in shm_ledger.mapped_files(pid) if "sglperf_emulator_buffer" in p}
+    return {p for p in server_ledger.mapped_files(pid) if "sglperf_emulator_buffer" in p}
 
 
 @pytest.fixture
@@ -151,18 +151,18 @@ def own_ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path
     """A ledger of this test's own, and no emulator buffer left in /dev/shm whatever happens."""
     home = tmp_path / "home"
     monkeypatch.setenv("SGLPERF_HOME", str(home))
-    before = set(os.listdir(shm_ledger.SHARED_MEMORY_DIR))
+    before = set(os.listdir(server_ledger.SHARED_MEMORY_DIR))
     yield home
-    for name in set(os.listdir(shm_ledger.SHARED_MEMORY_DIR)) - before:
+    for name in set(os.listdir(server_ledger.SHARED_MEMORY_DIR)) - before:
         if name.startswith("sglperf_emulator_buffer"):
-            os.unlink(shm_ledger.SHARED_MEMORY_DIR + name)
+            os.unlink(server_ledger.SHARED_MEMORY_DIR + name)
 
 
-@pytest.mark.skipif(not os.path.isdir(shm_ledger.SHARED_MEMORY_DIR), reason="no /dev/shm here")
+@pytest.mark.skipif(not os.path.isdir(server_ledger.SHARED_MEMORY_DIR), reason="no /dev/shm here")
 def test_shared_memory_is_written_down_before_healthy_is_announced(tmp_path: Path, own_ledger: Path) -> None:
     """What failed CI: pytest SIGKILLed as soon as "healthy after" was printed, before the ledger was
     written, left SGLang's 270 MB buffer behind for good."""
-    seen_at_healthy: list[list[shm_ledger.LedgerEntry]] = []
+    seen_at_healthy: list[list[server_ledger.LedgerEntry]] = []
 
     def progress(message: str) -> None:
         if "healthy after" in message:
@@ -178,7 +178,7 @@ def test_shared_memory_is_written_down_before_healthy_is_announced(tmp_path: Pat
     assert not any(os.path.exists(p) for p in buffers) and _ledger_entries() == []
 
 
-@pytest.mark.skipif(not os.path.isdir(shm_ledger.SHARED_MEMORY_DIR), reason="no /dev/shm here")
+@pytest.mark.skipif(not os.path.isdir(server_ledger.SHARED_MEMORY_DIR), reason="no /dev/shm here")
 def test_shared_memory_of_a_server_killed_while_starting_is_swept(tmp_path: Path, own_ledger: Path) -> None:
     """A CPU server takes 20 s to start; pytest killed then must not leave its buffer for good."""
     script = tmp_path / "parent.py"
@@ -210,7 +210,74 @@ def test_shared_memory_of_a_server_killed_while_starting_is_swept(tmp_path: Path
             time.sleep(0.1)
         assert not entry.server_alive()
         assert os.path.exists(entry.paths[0])  # nobody stopped it: the next launch's sweep must
-        assert shm_ledger.sweep() == list(entry.paths) and not os.path.exists(entry.paths[0])
+        assert server_ledger.sweep() == list(entry.paths) and not os.path.exists(entry.paths[0])
         assert _ledger_entries() == []
     finally:
         parent.kill()
+
+
+ESCAPING_SERVER = """
+import os, sys, time
+if os.fork() == 0:  # a worker
+    if os.fork() == 0:  # its child: a session of its own, then its parent dies
+        os.setsid()
+        os.execvp("sleep", ["sleep", sys.argv[1]])
+    time.sleep(1.0)
+    os._exit(0)
+time.sleep(600)  # the server itself never becomes healthy
+"""
+
+
+def test_a_process_that_left_a_killed_runs_server_is_stopped_by_the_next_sweep(
+    tmp_path: Path, own_ledger: Path
+) -> None:
+    """pytest SIGKILLed: the server dies with it (PR_SET_PDEATHSIG), but a descendant in a session of
+    its own, re-parented to init, is in no tree and no group; only the ledger still knows it."""
+    marker = "58.4321"
+    (tmp_path / "escaping.py").write_text(ESCAPING_SERVER)
+    fake_python = tmp_path / "python"  # `python -m <module> ...` runs the escaping server instead
+    fake_python.write_text(f"#!/bin/sh\nexec {sys.executable} {tmp_path / 'escaping.py'} {marker}\n")
+    fake_python.chmod(0o755)
+    script = tmp_path / "parent.py"
+    script.write_text(
+        textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})
+        from pathlib import Path
+        from sglperf.runtime.server import ServerSpec, launch
+        launch(ServerSpec(name="escaping", python={str(fake_python)!r}, argv=(),
+               log_path=Path({str(tmp_path / "s.log")!r}), startup_timeout_s=600))
+    """)
+    )
+
+    def escaped() -> list[int]:
+        return [p.pid for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", marker]]
+
+    parent = subprocess.Popen([sys.executable, str(script)], env={**os.environ, "SGLPERF_HOME": str(own_ledger)})
+    try:
+        deadline = time.monotonic() + 30
+
+        def stray_written_down() -> bool:
+            recorded = {pid for e in _ledger_entries() for pid, _ in e.descendants}
+            return bool(escaped()) and escaped()[0] in recorded
+
+        while time.monotonic() < deadline and not stray_written_down():
+            time.sleep(0.2)
+        (entry,) = _ledger_entries()
+        (stray,) = escaped()
+        assert os.getsid(stray) == stray and psutil.Process(stray).ppid() != entry.pid
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait()
+        deadline = time.monotonic() + 10
+        while entry.server_alive() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not entry.server_alive() and escaped() == [stray]  # the server died, its stray did not
+        messages: list[str] = []
+        server_ledger.sweep(messages.append)
+        assert escaped() == [], "the next sweep left the stray running"
+        assert any(f"stopping pid {stray} (sleep {marker}), left running by escaping" in m for m in messages)
+        assert _ledger_entries() == []
+    finally:
+        parent.kill()
+        for pid in escaped():
+            os.kill(pid, signal.SIGKILL)

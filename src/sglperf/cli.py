@@ -18,7 +18,7 @@ from sglperf.model.deployment import CpuKernel, Deployment, DeploymentError, dis
 from sglperf.reporting import markdown
 from sglperf.reporting.console import verdict_json, verdict_table
 from sglperf.reporting.run_results import history_dirs
-from sglperf.runtime import shm_ledger
+from sglperf.runtime import server_ledger
 from sglperf.sglang import envs
 from sglperf.sglang.intents import ParserInfo
 
@@ -169,25 +169,28 @@ def cmd_env(args: argparse.Namespace) -> int:
 
 
 def cmd_shm(args: argparse.Namespace) -> int:
-    """The shared-memory ledger: what servers map in /dev/shm, and the sweep that every launch runs."""
+    """The server ledger: what servers map in /dev/shm and the processes they started, and the sweep
+    that every launch runs."""
     if args.action == "sweep":
-        removed = shm_ledger.sweep(_say)
-        _say(f"{len(removed)} file(s) removed from {shm_ledger.SHARED_MEMORY_DIR}")
+        removed = server_ledger.sweep(_say)
+        _say(f"{len(removed)} file(s) removed from {server_ledger.SHARED_MEMORY_DIR}")
         return 0
-    files = shm_ledger.entry_files()
+    files = server_ledger.entry_files()
     if not files:
-        _say(f"no server's shared memory is written down in {shm_ledger.ledger_dir()}")
+        _say(f"no server's shared memory or processes are written down in {server_ledger.ledger_dir()}")
     for file in files:
         try:
-            entry = shm_ledger.read_entry(file)
-        except shm_ledger.LedgerError as exc:
+            entry = server_ledger.read_entry(file)
+        except server_ledger.LedgerError as exc:
             print(exc)
             continue
-        state = "running" if entry.server_alive() else "gone: `sglperf shm sweep` removes its files"
+        state = "running" if entry.server_alive() else "gone: `sglperf shm sweep` removes what it left"
         print(f"{entry.name} (pid {entry.pid}, {state})")
         for path in entry.paths:
             size = f"{os.path.getsize(path) / 2**20:.0f} MiB" if os.path.exists(path) else "already removed"
             print(f"  {path} ({size})")
+        for proc in entry.descendants_alive():
+            print(f"  pid {proc.pid} still running")
     return 0
 
 
@@ -240,8 +243,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "shm",
-        help="/dev/shm files of servers sglperf started: list them, or remove those of servers that are gone "
-        "(a killed pytest leaves them; each launch sweeps too)",
+        help="/dev/shm files and processes of servers sglperf started: list them, or remove/stop those of "
+        "servers that are gone (a killed pytest leaves them; each launch sweeps too)",
     )
     p.add_argument("action", choices=["list", "sweep"])
     p.set_defaults(func=cmd_shm)

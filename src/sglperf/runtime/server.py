@@ -27,7 +27,7 @@ import psutil
 
 from sglperf.model.process_exit import describe_exit
 from sglperf.model.progress import Progress, silent
-from sglperf.runtime import shm_ledger
+from sglperf.runtime import server_ledger
 from sglperf.runtime.http_deadline import Reply, get_within
 from sglperf.sglang.flags import API_KEY_FLAG, HOST_FLAG, PORT_FLAG
 from sglperf.sglang.server_api import HEALTH_PATHS, LAUNCH_MODULE
@@ -36,7 +36,7 @@ HOST = "127.0.0.1"
 PROGRESS_EVERY_S = 30.0
 POLL_S = 0.25
 HEALTH_ATTEMPT_S = 10.0  # one health request, wall time
-LEDGER_EVERY_S = 2.0  # how often a starting server's /dev/shm files are written down (shm_ledger)
+LEDGER_EVERY_S = 2.0  # how often a starting server's /dev/shm files and processes are written down (server_ledger)
 # A string, not an import: production code never imports the test double.
 EMULATOR_MODULE = "sglperf.testing.emulator"
 
@@ -128,7 +128,7 @@ class Server:
         )
         self.started_at = time.monotonic()
         self._stopped: StopReport | None = None
-        self._ledger: shm_ledger.LedgerEntry | None = None
+        self._ledger: server_ledger.LedgerEntry | None = None
         # Every process of the tree seen so far (pid -> start time): one that leaves the session and
         # whose parent dies is in neither the tree nor the group at stop(), but it was seen here.
         self._seen: dict[int, float] = {}
@@ -174,7 +174,7 @@ class Server:
                 if response.status_code == 404 and len(paths) > 1:
                     paths.pop(0)  # releases without /health_generate
                 elif response.status_code == 200:
-                    self.write_down_shared_memory()  # before anyone hears "healthy" and may kill us
+                    self.write_down()  # before anyone hears "healthy" and may kill us
                     return time.monotonic() - self.started_at
                 last_answer = f"{paths[0]} last answered {_describe_response(response)}"
             except httpx.HTTPError as exc:  # not listening yet, or no answer in time
@@ -182,7 +182,7 @@ class Server:
                     last_answer = f"nothing answered yet ({type(exc).__name__}: {exc})"[:300]
             now = time.monotonic()
             if now - last_ledger >= LEDGER_EVERY_S:
-                self.write_down_shared_memory()
+                self.write_down()
                 last_ledger = now
             if now > deadline:
                 self.stop()
@@ -223,13 +223,17 @@ class Server:
                     alive.append(p)
         return alive
 
-    def write_down_shared_memory(self) -> None:
-        """What the server maps in /dev/shm, in the ledger, in case this process is killed before stop();
-        rewritten only when the server maps something it had not."""
+    def write_down(self) -> None:
+        """What the server maps in /dev/shm and the processes seen in its tree, in the ledger, in case
+        this process is killed before stop(); rewritten only when something new was seen."""
         known = set(self._ledger.paths) if self._ledger else set()
-        mapped = _shared_memory_files(_tree(self.proc.pid))
-        if not mapped <= known:
-            self._ledger = shm_ledger.record(self.proc.pid, self.spec.name, mapped | known) or self._ledger
+        known_pids = {pid for pid, _ in self._ledger.descendants} if self._ledger else set()
+        procs = _tree(self.proc.pid)
+        self._remember(procs)
+        mapped = _shared_memory_files(procs)
+        if not mapped <= known or not self._seen.keys() - {self.proc.pid} <= known_pids:
+            entry = server_ledger.record(self.proc.pid, self.spec.name, mapped | known, self._seen)
+            self._ledger = entry or self._ledger
 
     def stop(self, grace_s: float = 15.0) -> StopReport:
         """SIGTERM the whole tree, SIGKILL what is left after ``grace_s``; idempotent."""
@@ -252,7 +256,7 @@ class Server:
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=1.0)  # reap our direct child
         removed = _remove_files(shared | set(self._ledger.paths if self._ledger else ()))
-        shm_ledger.forget(self._ledger)
+        server_ledger.forget(self._ledger)
         if removed:
             self._log.write(f"# sglperf: removed shared memory it left: {', '.join(removed)}\n".encode())
         self._log.write(f"# sglperf: stopped at {time.time():.3f}\n".encode())
@@ -285,7 +289,7 @@ def _shared_memory_files(procs: Sequence[psutil.Process]) -> set[str]:
     starve the next servers ("Loaded weights leave no ... memory for the KV cache")."""
     found: set[str] = set()
     for p in procs:
-        found |= shm_ledger.mapped_files(p.pid)
+        found |= server_ledger.mapped_files(p.pid)
     return found
 
 
@@ -318,9 +322,9 @@ def _tree(pid: int) -> list[psutil.Process]:
 def launch(spec: ServerSpec, cuda_visible_devices: str | None = None, progress: Progress = silent) -> Server:
     """Start a server and wait for it to become healthy (or raise ServerStartError).
 
-    First, shared memory that servers killed with an earlier run left is removed (`shm_ledger`);
+    First, shared memory that servers killed with an earlier run left is removed (`server_ledger`);
     what this one maps there is written down as it starts, for the same reason."""
-    shm_ledger.sweep(progress)
+    server_ledger.sweep(progress)
     server = Server(spec, cuda_visible_devices)
     progress(f"{spec.name}: starting {' '.join(server.command)} (log {spec.log_path})")
     seconds = server.wait_healthy(progress)

@@ -60,7 +60,7 @@ class EmulatorConfig:
     stream_interval: int = 1  # decode steps per streamed chunk
     eos_after_tokens: int | None = None  # without ignore_eos, stop ("stop" finish) after this many
     # > 0: at weight loading, map a file of this many bytes in /dev/shm and never unlink it, as
-    # SGLang's CPU backend does with its allreduce buffer (what runtime/shm_ledger cleans up after).
+    # SGLang's CPU backend does with its allreduce buffer (what runtime/server_ledger cleans up after).
     shared_memory_bytes: int = 0
     # Faults (acted on in faults.py).
     never_healthy: bool = False

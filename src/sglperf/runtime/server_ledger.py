@@ -1,4 +1,5 @@
-"""Shared memory a server left behind when nobody could stop it (pytest or the machine killed hard).
+"""What a server left behind when nobody could stop it (pytest or the machine killed hard): shared
+memory, and processes that left its session.
 
 SGLang's CPU backend maps a 270 MB ``deepspeed_allreduce_buffer_*`` file in /dev/shm per start and
 never unlinks it; `server.Server.stop` removes what the server mapped. A SIGKILL of pytest skips
@@ -12,6 +13,12 @@ entry is removed again when the server stops. Before each launch the ledger is s
 server is gone has its files removed, but only files that are still in /dev/shm and that no running
 process maps (a new server on the same port would reuse the name). An entry that cannot be read is
 left alone and named: nothing is deleted on a guess.
+
+The entry also lists every process seen in the server's tree while it started (pid and start time).
+The launcher dies with pytest (PR_SET_PDEATHSIG) and SGLang's workers with the launcher, but a
+descendant that started a session of its own and lost its parent is in no tree and no group: only
+this list still knows it. The sweep stops those that still run, matched by pid *and* start time, so
+a reused pid is never signalled.
 """
 
 from __future__ import annotations
@@ -19,7 +26,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
@@ -30,6 +38,8 @@ from sglperf.sglang import envs
 
 SHARED_MEMORY_DIR = "/dev/shm/"
 LEDGER_DIR_NAME = "shared-memory"
+STOP_GRACE_S = 5.0  # SIGTERM, then SIGKILL, for a descendant the sweep stops
+SAME_PROCESS_S = 0.01  # start times (psutil, 10 ms ticks) this close are one process
 
 
 def ledger_dir() -> Path:
@@ -42,16 +52,27 @@ class LedgerEntry:
     create_time: float
     name: str
     paths: tuple[str, ...]
+    # (pid, start time) of each process seen in the server's tree, the server's own pid excluded
+    descendants: tuple[tuple[int, float], ...] = field(default=())
 
     @property
     def file(self) -> Path:
         return ledger_dir() / f"{self.pid}-{int(self.create_time * 1000)}.json"
 
     def server_alive(self) -> bool:
-        try:
-            return abs(psutil.Process(self.pid).create_time() - self.create_time) < 0.01
-        except psutil.Error:
-            return False
+        return _same_process(self.pid, self.create_time) is not None
+
+    def descendants_alive(self) -> list[psutil.Process]:
+        return [p for pid, created in self.descendants if (p := _same_process(pid, created)) is not None]
+
+
+def _same_process(pid: int, create_time: float) -> psutil.Process | None:
+    """The process ``pid`` if it is still the one that started at ``create_time``."""
+    try:
+        proc = psutil.Process(pid)
+        return proc if abs(proc.create_time() - create_time) < SAME_PROCESS_S else None
+    except psutil.Error:
+        return None
 
 
 def in_shared_memory(path: str) -> bool:
@@ -59,18 +80,21 @@ def in_shared_memory(path: str) -> bool:
     return os.path.dirname(os.path.normpath(path)) + "/" == SHARED_MEMORY_DIR
 
 
-def record(pid: int, name: str, paths: set[str]) -> LedgerEntry | None:
-    """Write down what a healthy server maps; None when it maps nothing there."""
+def record(pid: int, name: str, paths: set[str], descendants: Mapping[int, float] | None = None) -> LedgerEntry | None:
+    """Write down what a server maps in /dev/shm and which processes its tree had; None when there is
+    neither."""
     kept = tuple(sorted(p for p in paths if in_shared_memory(p)))
-    if not kept:
+    others = tuple(sorted((p, t) for p, t in (descendants or {}).items() if p != pid))
+    if not kept and not others:
         return None
     try:
         created = psutil.Process(pid).create_time()
     except psutil.Error:
         return None
-    entry = LedgerEntry(pid, created, name, kept)
+    entry = LedgerEntry(pid, created, name, kept, others)
     entry.file.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(entry.file, json.dumps({"pid": pid, "create_time": created, "name": name, "paths": kept}))
+    data = {"pid": pid, "create_time": created, "name": name, "paths": kept, "descendants": others}
+    write_text_atomic(entry.file, json.dumps(data))
     return entry
 
 
@@ -90,7 +114,11 @@ def read_entry(file: Path) -> LedgerEntry:
         paths = data["paths"]
         if not isinstance(paths, list) or not all(isinstance(p, str) and in_shared_memory(p) for p in paths):
             raise ValueError("paths: expected a list of files directly in /dev/shm")
-        return LedgerEntry(int(data["pid"]), float(data["create_time"]), str(data["name"]), tuple(paths))
+        # Entries written before descendants were recorded have none.
+        descendants = tuple((int(pid), float(created)) for pid, created in data.get("descendants", []))
+        if any(pid <= 1 for pid, _ in descendants):
+            raise ValueError("descendants: expected (pid, start time) pairs of user processes")
+        return LedgerEntry(int(data["pid"]), float(data["create_time"]), str(data["name"]), tuple(paths), descendants)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise LedgerError(f"shared-memory ledger {file}: unreadable ({exc}); left as it is, remove it by hand") from exc
 
@@ -128,8 +156,29 @@ def _mapped_by_someone(paths: set[str]) -> set[str]:
     return found
 
 
+def _stop_descendants(entry: LedgerEntry, progress: Progress) -> list[psutil.Process]:
+    """Stop what still runs of a gone server's descendants; returns those that would not die."""
+    alive = entry.descendants_alive()
+    for proc in alive:
+        with contextlib.suppress(psutil.Error):
+            progress(
+                f"stopping pid {proc.pid} ({' '.join(proc.cmdline())[:120]}), left running by {entry.name} "
+                f"(pid {entry.pid}, no longer running)"
+            )
+            proc.terminate()
+    _, alive = psutil.wait_procs(alive, timeout=STOP_GRACE_S)
+    for proc in alive:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    _, survivors = psutil.wait_procs(alive, timeout=STOP_GRACE_S)
+    for proc in survivors:
+        progress(f"pid {proc.pid}, left running by {entry.name}, survived SIGKILL; its ledger entry is kept")
+    return list(survivors)
+
+
 def sweep(progress: Progress = silent) -> list[str]:
-    """Remove what servers that are gone left in /dev/shm; returns the files removed."""
+    """Stop what servers that are gone left running and remove what they left in /dev/shm; returns
+    the files removed."""
     removed: list[str] = []
     for file in entry_files():
         try:
@@ -139,6 +188,8 @@ def sweep(progress: Progress = silent) -> list[str]:
             continue
         if entry.server_alive():
             continue
+        # First the processes: one of them may be what still maps the files.
+        survivors = _stop_descendants(entry, progress)
         present = {p for p in entry.paths if os.path.exists(p)}
         in_use = _mapped_by_someone(present) if present else set()
         gone = []
@@ -152,6 +203,6 @@ def sweep(progress: Progress = silent) -> list[str]:
                     f"removed {path} ({size / 2**20:.0f} MiB of shared memory) left by {entry.name} "
                     f"(pid {entry.pid}, no longer running)"
                 )
-        if not in_use:
+        if not in_use and not survivors:
             forget(entry)
     return removed
