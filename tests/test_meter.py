@@ -543,3 +543,31 @@ def test_a_host_that_stays_busy_is_one_clear_error(servers: dict[str, str]) -> N
         "numbers would measure them, not SGLang: run on a quiet host, or raise --max-host-load"
     )
     assert isinstance(info.value, MeterError)  # so an item reports it as one line, like other meter failures
+
+
+def test_ctrl_c_while_the_meter_parses_a_round_is_raised_at_once(
+    servers: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """asyncio.run alone would only cancel the task at its next ``await``; a round's parsing has none
+    (seconds of CPU for long outputs at high concurrency), so Ctrl-C waited for it."""
+    import signal
+
+    from sglperf.measure import meter
+
+    parse = meter._Session.parse
+    signalled: list[float] = []
+
+    def slow_parse(self: Any, raw: Any) -> Any:
+        if not signalled:
+            signalled.append(time.monotonic())
+            os.kill(os.getpid(), signal.SIGINT)
+            while time.monotonic() - signalled[0] < 10.0:  # ten seconds of parsing, at least
+                pass
+        return parse(self, raw)
+
+    monkeypatch.setattr(meter._Session, "parse", slow_parse)
+    with pytest.raises(KeyboardInterrupt):
+        run(servers["plain"], "native", 1, n=2)
+    raised_after = time.monotonic() - signalled[0]
+    assert raised_after < 1.0, f"KeyboardInterrupt {raised_after:.1f} s after Ctrl-C"
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # Python's own again

@@ -20,6 +20,10 @@ busy for more dropped rounds than the workload's repeats is a :class:`HostBusyEr
 measure the neighbour, not SGLang. After a dropped round the meter first waits, a minute at most
 per measurement, for a quiet half second: a neighbour that comes and goes costs time, not rounds.
 
+Ctrl-C raises KeyboardInterrupt wherever the meter is, as in plain Python (`_ctrl_c_at_once`):
+asyncio's own handling only cancels the running task at its next ``await``, and a round's parsing
+(hundreds of milliseconds to seconds of CPU) has none.
+
 Anything that would make a number untrustworthy (HTTP error, malformed or truncated stream, stall,
 counts that disagree, a length other than the workload's) raises :class:`MeterError`.
 """
@@ -29,6 +33,8 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import signal
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -464,18 +470,40 @@ def measure(
     marks: RoundMarks | None = None,
 ) -> WorkloadResult:
     """Synchronous :func:`run_workload` (runs its own event loop)."""
-    return asyncio.run(
-        run_workload(
-            base_url,
-            workload,
-            prompts,
-            api_key=api_key,
-            concurrency=concurrency,
-            timeout_s=timeout_s,
-            chunk_timeout_s=chunk_timeout_s,
-            model=model,
-            on_round=on_round,
-            host=host,
-            marks=marks,
+    with _ctrl_c_at_once():
+        return asyncio.run(
+            run_workload(
+                base_url,
+                workload,
+                prompts,
+                api_key=api_key,
+                concurrency=concurrency,
+                timeout_s=timeout_s,
+                chunk_timeout_s=chunk_timeout_s,
+                model=model,
+                on_round=on_round,
+                host=host,
+                marks=marks,
+            )
         )
-    )
+
+
+def _raise_keyboard_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+@contextmanager
+def _ctrl_c_at_once() -> Iterator[None]:
+    """SIGINT raises KeyboardInterrupt at once, not at the task's next ``await``: asyncio.run only
+    takes SIGINT over when Python's default handler is installed, so a handler of the same effect
+    keeps it out. ``asyncio.run`` then cancels the remaining requests and closes the loop."""
+    if threading.current_thread() is not threading.main_thread() or (
+        signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    ):
+        yield  # a caller's own handler (or none: SIG_IGN) is left as it is
+        return
+    signal.signal(signal.SIGINT, _raise_keyboard_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
