@@ -185,6 +185,7 @@ class _Worker:
             start_new_session=True,
         )
         self._lines: queue.Queue[str | None] = queue.Queue()
+        self._asked = False  # a question is out: the probe is busy, and will not read stdin for a while
         threading.Thread(target=self._pump, daemon=True).start()
         atexit.register(self.close)
         self.hello = self.ask(
@@ -201,10 +202,12 @@ class _Worker:
 
     def ask(self, payload: dict[str, Any], timeout: float, doing: str) -> dict[str, Any]:
         assert self.proc.stdin is not None
+        self._asked = True
         try:
             self.proc.stdin.write(json.dumps(payload) + "\n")
             self.proc.stdin.flush()
             line = self._lines.get(timeout=timeout)
+            self._asked = False
         except BrokenPipeError:
             line = None
         except queue.Empty:
@@ -235,6 +238,11 @@ class _Worker:
         return "\n".join(text.splitlines()[-lines:]) or "(no output)"
 
     def close(self) -> None:
+        """End the probe: an idle one by closing its input; a busy one (an import or a question still
+        running: Ctrl-C, a timeout) is killed at once rather than waited for."""
+        if self.proc.poll() is None and self._asked:
+            self.proc.kill()
+            self.proc.wait()
         if self.proc.poll() is None:
             try:
                 assert self.proc.stdin is not None
