@@ -19,11 +19,12 @@ LAYERS = {
     "runtime": 3,  # server processes, GPUs, introspection, provenance
     "measure": 3,  # prompt sets and the streaming meter
     "baselines": 4,  # store, statistics, one measurement against its baseline
-    "reporting": 5,  # table, markdown, plots
+    "history": 5,  # results folders read back, the run-history store, streaks and comparisons
     "upgrade": 5,  # two releases side by side
-    "session": 6,  # one run's state
-    "plugin": 7,  # pytest, a thin layer
-    "cli": 7,  # the command, a thin layer
+    "reporting": 6,  # table, markdown, plots
+    "session": 7,  # one run's state
+    "plugin": 8,  # pytest, a thin layer
+    "cli": 8,  # the command, a thin layer
 }
 # The test double may use plain data and SGLang's spelling, nothing that would make it agree with
 # sglperf's own reading of a server by construction.

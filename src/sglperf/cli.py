@@ -12,12 +12,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import get_args
 
-from sglperf import preflight, upgrade
+from sglperf import history, preflight, upgrade
 from sglperf.baselines import regression, store
+from sglperf.history import compare, ingest
+from sglperf.history.records import StoredRun
+from sglperf.history.results_folder import ResultsError
 from sglperf.model.deployment import CpuKernel, Deployment, DeploymentError, discover
+from sglperf.model.files import os_problem, read_input
 from sglperf.reporting import markdown
 from sglperf.reporting.console import verdict_json, verdict_table
-from sglperf.reporting.run_results import history_dirs
 from sglperf.runtime import server_ledger
 from sglperf.sglang import envs
 from sglperf.sglang.intents import ParserInfo
@@ -140,10 +143,89 @@ def cmd_report(args: argparse.Namespace) -> int:
     folder = Path(args.results_dir)
     if not folder.is_dir():
         raise UsageError(f"{folder}: no such results folder (give the --results-dir of a run)")
-    path = markdown.write(folder.resolve(), history_dirs(folder))
+    path, said = markdown.record_and_write(folder.resolve(), history.chosen(args.history_store))
+    for line in said:
+        _say(line)
     print(path)
     if args.summary:
         print(path.read_text())
+    return 0
+
+
+def _store(location: str | None) -> history.SqlHistoryStore:
+    store = history.open_store(history.chosen(location))
+    if store is None:
+        raise UsageError(
+            "the history store is off (--history-store / SGLPERF_HISTORY): there is nothing to read or add"
+        )
+    return store
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    """Import results folders or export lines into the store, export it, or list its runs."""
+    store = _store(args.history_store)
+    try:
+        if args.action == "import":
+            if not args.paths:
+                raise UsageError(
+                    "sglperf history import RESULTS_DIR... (results folders, or files of `history export`)"
+                )
+            failed = 0
+            for given in args.paths:
+                try:
+                    runs = _runs_in(Path(given))
+                except ResultsError as exc:
+                    _say(f"sglperf history: {exc}; skipped")
+                    failed += 1
+                    continue
+                for run in runs:
+                    added = store.add_run(run)
+                    state = "added" if added else "already stored, left as it is"
+                    print(f"{run.identity.run_id} {run.identity.recorded_at} {given}: {state}")
+            return 1 if failed else 0
+        if args.action == "export":
+            for line in store.export_lines():
+                print(line)
+            return 0
+        for ident in store.runs():
+            flags = " emulator" if ident.emulated else ""
+            print(
+                f"{ident.recorded_at} {ident.run_id} runner={ident.runner or '-'} SGLang {ident.sglang_version}{flags}"
+            )
+        return 0
+    finally:
+        store.close()
+
+
+def _runs_in(path: Path) -> list[StoredRun]:
+    if path.is_dir():
+        return [ingest.from_folder(path)]
+    try:
+        text = read_input(path).decode()
+    except OSError as exc:
+        raise ResultsError(f"{path}: cannot read it: {os_problem(exc)}") from None
+    return [ingest.from_export_line(line, f"{path}:{n}") for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Two runs (ids in the store, or results folders): every metric and intent that changed."""
+    store: history.SqlHistoryStore | None = None
+    try:
+        runs = []
+        for given in (args.a, args.b):
+            if Path(given).is_dir():
+                runs.append(ingest.from_folder(Path(given)))
+                continue
+            store = store or _store(args.history_store)
+            found = store.run(given)
+            if found is None:
+                raise UsageError(f"{given}: neither a results folder nor a run id in {store.backend.where}")
+            runs.append(found)
+    finally:
+        if store is not None:
+            store.close()
+    a, b = runs
+    print(compare.render(a.identity.label, b.identity.label, compare.compare_runs(a, b)))
     return 0
 
 
@@ -223,10 +305,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("files", nargs="+", help="baseline JSON files (diff: OLD NEW)")
     p.set_defaults(func=cmd_baseline)
 
-    p = sub.add_parser("report", help="(re)build report.md and plots from a results folder")
+    store_help = (
+        f"run-history store: an SQLite file, a postgresql:// URL, or off (default: ${history.HISTORY_ENV}, else "
+        "~/.local/share/sglperf/history.sqlite)"
+    )
+    p = sub.add_parser("report", help="record a results folder in the history, then (re)build report.md and plots")
     p.add_argument("results_dir")
     p.add_argument("--summary", action="store_true", help="also print the markdown (e.g. >> $GITHUB_STEP_SUMMARY)")
+    p.add_argument("--history-store", metavar="PATH|URL|off", help=store_help)
     p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("history", help="the run-history store: import results folders, export it, list its runs")
+    p.add_argument("action", choices=["import", "export", "list"])
+    p.add_argument("paths", nargs="*", help="import: results folders, or files written by `history export`")
+    p.add_argument("--history-store", metavar="PATH|URL", help=store_help)
+    p.set_defaults(func=cmd_history)
+
+    p = sub.add_parser("compare", help="two runs side by side: every metric and intent that changed")
+    p.add_argument("a", help="a run id in the history store, or a results folder")
+    p.add_argument("b", help="a run id in the history store, or a results folder")
+    p.add_argument("--history-store", metavar="PATH|URL", help=store_help)
+    p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("env", help="managed per-release SGLang environments for CPU-side resolution")
     p.add_argument("action", choices=["build", "path", "list"])
@@ -264,7 +363,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())
         return EXIT_BROKEN_PIPE
-    except (DeploymentError, preflight.PreflightError, envs.EnvBuildError, store.BaselineError, ValueError) as exc:
+    except (
+        DeploymentError,
+        preflight.PreflightError,
+        envs.EnvBuildError,
+        store.BaselineError,
+        history.HistoryError,
+        ValueError,
+    ) as exc:
         _say(f"sglperf: {exc}")
         return 2
 

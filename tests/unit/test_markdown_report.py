@@ -18,7 +18,7 @@ from sglperf.model.measurement import (
 from sglperf.model.metrics import MetricOutcome
 from sglperf.model.verdict import Status, Verdict
 from sglperf.reporting import markdown
-from sglperf.reporting.run_results import ResultsError, collect
+from sglperf.history.results_folder import ResultsError, collect
 
 
 def verdict(

@@ -17,7 +17,7 @@ from sglperf.model.files import OutsideFolderError, confined
 from sglperf.model.measurement import MeasurementRecord, MetricComparison, Provenance, SampleSummary
 from sglperf.model.metrics import MetricOutcome, unit_of
 from sglperf.reporting import plots
-from sglperf.reporting.run_results import RunResults, collect
+from sglperf.history.results_folder import RunResults, collect
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -111,6 +111,7 @@ class MeasurementRecord(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     key: SafeName
+    run_id: SafeName | None = None  # the run that wrote it (None: written before run ids)
     deployment: SafeName
     variant: SafeName
     workload: SafeName

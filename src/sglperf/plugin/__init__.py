@@ -11,13 +11,16 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import os
+import re
 import signal
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from sglperf.model.files import writable_folder_problem
+from sglperf.history import HISTORY_ENV
+from sglperf.history.results_folder import RunStamp
+from sglperf.model.files import SAFE_NAME_PATTERN, writable_folder_problem
 from sglperf.model.host_load import DEFAULT_MAX_HOST_LOAD
 from sglperf.model.progress import Progress
 from sglperf.plugin.items import DeploymentFile
@@ -42,6 +45,8 @@ from sglperf.session import LiveOptions, LiveSession, PreflightSession
 from sglperf.sglang import envs
 
 RESULTS_DIR_INPUT = "sglperf_results_dir"
+RUN_INPUT = "sglperf_run"  # the run's id and start time, for xdist workers
+RUN_ID_ENV = "SGLPERF_RUN_ID"
 ATTACH_URL_ENV = "SGLPERF_SGLANG_URL"
 __all__ = [
     "assert_baseline",
@@ -115,6 +120,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         f"this share of the machine's CPU (default: the runner profile's max_host_load, else "
         f"{DEFAULT_MAX_HOST_LOAD:g}; 1 never drops)",
     )
+    add(
+        "--history-store",
+        metavar="PATH|URL|off",
+        help=f"run-history store this run is recorded in and drift is read from: an SQLite file, a postgresql:// URL, "
+        f"or off (default: ${HISTORY_ENV}, else ~/.local/share/sglperf/history.sqlite)",
+    )
+    add("--run-id", metavar="ID", help=f"this run's id in the history (default: ${RUN_ID_ENV}, else UTC time + random)")
     parser.addini("sglperf_deployments", "folder holding deployment files", default="deployments")
 
 
@@ -139,7 +151,20 @@ def _results_dir(config: pytest.Config) -> Path:
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node: Any) -> None:
     """xdist: every worker writes into the controller's results folder."""
-    node.workerinput[RESULTS_DIR_INPUT] = str(node.config.stash[LIVE_KEY].options.results_dir)
+    options = node.config.stash[LIVE_KEY].options
+    node.workerinput[RESULTS_DIR_INPUT] = str(options.results_dir)
+    node.workerinput[RUN_INPUT] = [options.run.run_id, options.run.started_at]
+
+
+def _run_stamp(config: pytest.Config) -> RunStamp:
+    """The controller names the run; xdist workers take its name."""
+    given = getattr(config, "workerinput", {}).get(RUN_INPUT)
+    if given:
+        return RunStamp(str(given[0]), str(given[1]))
+    run_id = config.getoption("run_id") or os.environ.get(RUN_ID_ENV) or None
+    if run_id is not None and not re.fullmatch(SAFE_NAME_PATTERN, run_id):
+        raise pytest.UsageError(f"--run-id / ${RUN_ID_ENV}: {run_id[:80]!r} is not a safe name (letters, digits, _.-)")
+    return RunStamp.new(run_id)
 
 
 def _raise_keyboard_interrupt(signum: int, frame: Any) -> None:
@@ -185,6 +210,7 @@ def pytest_configure(config: pytest.Config) -> None:
         attach_url=config.getoption("sglang_url") or os.environ.get(ATTACH_URL_ENV) or None,
         attach_gpus=config.getoption("sglang_url_gpus"),
         max_host_load=config.getoption("max_host_load"),
+        run=_run_stamp(config),
     )
     config.stash[LIVE_KEY] = LiveSession(options, config.stash[PREFLIGHT_KEY], progress)
     # SIGTERM (CI cancel, xdist shutting a worker down) unwinds like Ctrl-C, so servers are torn down.

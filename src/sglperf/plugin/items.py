@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from sglperf import preflight
+from sglperf.history.results_folder import RUN_ID_FIELD
 from sglperf.measure.samples import MeterError
 from sglperf.model.deployment import Deployment, DeploymentError, Variant, load
 from sglperf.model.files import strict_json
@@ -217,8 +218,13 @@ def judge_measurement(record: MeasurementRecord) -> None:
 
 def _append_verdict(config: pytest.Config, verdict: Verdict) -> None:
     """One JSON line per verdict; one file per pytest process, so xdist workers never interleave."""
-    folder = config.stash[LIVE_KEY].options.results_dir
+    options = config.stash[LIVE_KEY].options
+    folder = options.results_dir
     folder.mkdir(parents=True, exist_ok=True)
     worker = xdist_worker(config) or "main"
+    record = verdict.to_record()
+    if options.run is not None:
+        options.run.stamp(folder)
+        record[RUN_ID_FIELD] = options.run.run_id  # a reused folder reads back as its latest run
     with open(folder / f"verdicts-{worker}.jsonl", "a") as fh:
-        fh.write(strict_json(verdict.to_record(), sort_keys=True) + "\n")
+        fh.write(strict_json(record, sort_keys=True) + "\n")

@@ -7,12 +7,13 @@ from typing import Any
 
 import pytest
 
+from sglperf.history import chosen
+from sglperf.history.results_folder import ResultsError
 from sglperf.model.measurement import MeasurementRow
 from sglperf.model.metrics import METRICS, MetricOutcome
 from sglperf.plugin.items import MEASUREMENT_PROPERTY
 from sglperf.plugin.keys import LIVE_KEY
 from sglperf.reporting import markdown
-from sglperf.reporting.run_results import ResultsError, history_dirs
 
 # Columns of the terminal table: (metric, heading, scale, format).
 COLUMNS = (
@@ -55,9 +56,12 @@ class RunSummary:
         folder = self.config.stash[LIVE_KEY].options.results_dir
         if not hasattr(self.config, "workerinput") and folder.is_dir():
             try:
-                tr.write_line(f"sglperf report: {markdown.write(folder.resolve(), history=history_dirs(folder))}")
+                path, said = markdown.record_and_write(folder.resolve(), chosen(self.config.getoption("history_store")))
             except ResultsError:
-                pass  # nothing was recorded in this run
+                return  # nothing was recorded in this run
+            for line in said:
+                tr.write_line(line)
+            tr.write_line(f"sglperf report: {path}")
 
 
 def _heading(metric: str, scale: float, fmt: str) -> str:

@@ -6,12 +6,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from sglperf.baselines import roofline
-from sglperf.baselines.changepoint import Drift
+from sglperf.history import HistoryError, SqlHistoryStore, open_store
+from sglperf.history.ingest import stored_run
+from sglperf.history.results_folder import RunResults, collect
 from sglperf.model.measurement import MeasurementRecord
-from sglperf.reporting import plots
-from sglperf.reporting.history import drifts_in
-from sglperf.reporting.history import history as points
-from sglperf.reporting.run_results import RunResults, collect
+from sglperf.reporting import history, plots
 
 REPORT_NAME = "report.md"
 
@@ -80,11 +79,13 @@ def _batches_line(m: MeasurementRecord) -> str | None:
 def markdown(
     run: RunResults,
     plot_files: Mapping[str, Sequence[Path]] | None = None,
-    drifts: Mapping[str, Sequence[Drift]] | None = None,
+    past: history.RunHistory | None = None,
 ) -> str:
-    """Per variant: intents with verdicts, then metrics against the baseline, rounds, roofline, drift."""
+    """Per variant: intents with verdicts, then metrics against the baseline, rounds, roofline, drift;
+    first, since when each failing item fails."""
     plot_files = plot_files or {}
-    drifts = drifts or {}
+    past = past or history.RunHistory()
+    drifts = past.drifts
     variants = sorted(
         {(v.deployment, v.variant) for v in run.verdicts} | {(m.deployment, m.variant) for m in run.measurements}
     )
@@ -101,6 +102,12 @@ def markdown(
         f"{len(run.measurements)} measurements ({regressions} regressions).",
         "",
     ]
+    if past.note:
+        lines += [f"History: {past.note}", ""]
+    if past.streaks:
+        lines += ["## Failing since", ""]
+        lines += [f"- {streak.message()}" for _, streak in sorted(past.streaks.items())]
+        lines.append("")
     for deployment, variant in variants:
         lines += [f"## {deployment} / {variant}", ""]
         checks = [v for v in run.verdicts if (v.deployment, v.variant) == (deployment, variant)]
@@ -146,11 +153,44 @@ def markdown(
     return "\n".join(lines)
 
 
-def write(folder: Path, history: Sequence[Path] = ()) -> Path:
-    """Write report.md and plots/*.png into the results folder; returns the report's path."""
+def write(folder: Path, store: SqlHistoryStore | None = None, store_note: str | None = None) -> Path:
+    """Write report.md and plots/*.png into the results folder, with the history ``store`` holds (the
+    run recorded in it already); returns the report's path."""
     run = collect(folder)
-    made = plots.draw(run, folder / "plots", history)
-    drifts = {m.key: drifts_in(points(m.key, [*history, run.folder])) for m in run.measurements}
+    past = history.read(run, store, store_note)
+    made = plots.draw(run, folder / "plots", past)
     path = folder / REPORT_NAME
-    path.write_text(markdown(run, made, drifts) + "\n")
+    path.write_text(markdown(run, made, past) + "\n")
     return path
+
+
+def record_and_write(folder: Path, location: str) -> tuple[Path, list[str]]:
+    """Record the run in the history store at ``location``, then write its report with the history read
+    from there. Returns the report and what to tell the user about the store: a store that cannot be
+    used is one line, and the report is written all the same (without history)."""
+    said: list[str] = []
+    store, note = None, None
+    run = collect(folder)
+    try:
+        store = open_store(location)
+        if store is not None:
+            stored = stored_run(run)
+            added = store.add_run(stored)
+            where = store.backend.where
+            said.append(
+                f"sglperf history: run {stored.identity.run_id} "
+                + (f"recorded in {where}" if added else f"was already in {where}")
+            )
+    except HistoryError as exc:
+        if store is not None:
+            store.close()
+            store = None
+        note = f"{exc}: not read"
+        said.append(
+            f"sglperf history: {exc}; the results folder is complete: `sglperf history import {folder}` adds it later"
+        )
+    try:
+        return write(folder, store, note), said
+    finally:
+        if store is not None:
+            store.close()

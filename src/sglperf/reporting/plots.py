@@ -13,11 +13,11 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from sglperf.baselines.changepoint import Drift
+from sglperf.history.results_folder import RunResults
 from sglperf.model.files import confined
 from sglperf.model.measurement import MeasurementRecord
 from sglperf.model.metrics import unit_of
-from sglperf.reporting.history import Point, drifts_in, history
-from sglperf.reporting.run_results import RunResults
+from sglperf.reporting.history import Point, RunHistory
 
 OUTCOME_COLOUR = {"regression": "#c0392b", "improvement": "#1e8449", "unchanged": "#555555", "insufficient": "#b9770e"}
 
@@ -82,16 +82,16 @@ def history_figure(key: str, points: Sequence[Point], path: Path, emulated: bool
     return path
 
 
-def draw(run: RunResults, out_dir: Path, history_dirs: Sequence[Path] = ()) -> dict[str, list[Path]]:
-    """All plots of a run; ``history_dirs`` are earlier results folders (same layout)."""
+def draw(run: RunResults, out_dir: Path, past: RunHistory | None = None) -> dict[str, list[Path]]:
+    """All plots of a run; a history figure for each measurement with two runs or more in ``past``."""
     out_dir.mkdir(parents=True, exist_ok=True)
     made: dict[str, list[Path]] = {}
     for record in run.measurements:
         key = record.key
         made[key] = [samples_figure(record, confined(out_dir, f"{key}-samples.png"))]
-        points = history(key, [*history_dirs, run.folder])
+        points = past.points.get(key, []) if past else []
         if len(points) >= 2:
             path = confined(out_dir, f"{key}-history.png")
-            figure = history_figure(key, points, path, record.emulated, drifts_in(points))
-            made[key].append(figure)
+            drifts = past.drifts.get(key, []) if past else []
+            made[key].append(history_figure(key, points, path, record.emulated, drifts))
     return made

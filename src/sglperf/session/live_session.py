@@ -18,6 +18,7 @@ import numpy as np
 from sglperf import preflight
 from sglperf.baselines import regression, roofline, store
 from sglperf.baselines.sequential import SequentialPlan
+from sglperf.history.results_folder import RunStamp
 from sglperf.judge import batch_evidence, live_evidence
 from sglperf.judge import drift as drift_check
 from sglperf.measure import meter
@@ -54,6 +55,7 @@ class LiveOptions:
     model_path: str | None = None
     api_key: str | None = None
     results_dir: Path = Path("results")
+    run: RunStamp | None = None  # the run's id, stamped on its results folder and records
     ignore_runner_mismatch: bool = False
     gpu_timeout_s: float = 3600.0
     baselines_dir: Path = Path("baselines")
@@ -460,6 +462,7 @@ class LiveSession:
             notes.append(dropped)
         record = MeasurementRecord(
             key=key,
+            run_id=self.options.run.run_id if self.options.run else None,
             deployment=deployment.key,
             variant=variant.id,
             workload=workload.id,
@@ -487,6 +490,8 @@ class LiveSession:
         out = self.options.results_dir / "measurements" / f"{key}.json"
         written = {**record.model_dump(mode="json"), "result": result.to_record()}
         try:
+            if self.options.run is not None:
+                self.options.run.stamp(self.options.results_dir)
             write_text_atomic(out, strict_json(written, indent=1, sort_keys=True, default=str))
         except OSError as exc:  # the numbers above are still reported; the file is not half-written
             record.problems.append(f"{out}: cannot write the measurement record ({os_problem(exc)})")

@@ -1,0 +1,72 @@
+"""Two runs side by side: every metric and intent that changed between them.
+
+A metric counts as changed when its median moved by at least its practical floor (the metric
+table's default threshold: smaller moves are run-to-run noise) or its baseline verdict differs; an
+intent when its verdict's status differs. Items present in one run only are listed as such.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sglperf.history.records import StoredRun
+from sglperf.model.metrics import METRICS, Direction
+
+
+@dataclass(frozen=True)
+class ChangeRow:
+    item: str  # a measurement key, or a verdict's test id
+    what: str  # a metric name, or "intent (tier)"
+    before: str
+    after: str
+    change: str  # relative change and whether it is better or worse; for a status, "->"
+
+
+def compare_runs(a: StoredRun, b: StoredRun) -> list[ChangeRow]:
+    rows: list[ChangeRow] = []
+    before = {m.key: m for m in a.measurements}
+    after = {m.key: m for m in b.measurements}
+    for key in sorted(before.keys() | after.keys()):
+        if key not in after:
+            rows.append(ChangeRow(key, "measurement", "measured", "-", "only in A"))
+            continue
+        if key not in before:
+            rows.append(ChangeRow(key, "measurement", "-", "measured", "only in B"))
+            continue
+        old, new = before[key].medians, after[key].medians
+        old_outcomes, new_outcomes = before[key].outcomes, after[key].outcomes
+        for metric in sorted(old.keys() & new.keys()):
+            rel = new[metric] / old[metric] - 1.0 if old[metric] else 0.0
+            floor = METRICS[metric].default_threshold if metric in METRICS else 0.0
+            outcome_changed = old_outcomes.get(metric) != new_outcomes.get(metric)
+            if abs(rel) >= floor or outcome_changed:
+                rows.append(ChangeRow(key, metric, f"{old[metric]:.4g}", f"{new[metric]:.4g}", _change(metric, rel)))
+    verdicts_a = {(v.test_id, v.tier): v.status.value for v in a.verdicts}
+    verdicts_b = {(v.test_id, v.tier): v.status.value for v in b.verdicts}
+    for item, tier in sorted(verdicts_a.keys() | verdicts_b.keys()):
+        old_status, new_status = verdicts_a.get((item, tier), "-"), verdicts_b.get((item, tier), "-")
+        if old_status != new_status:
+            rows.append(ChangeRow(item, f"intent ({tier})", old_status, new_status, "->"))
+    return rows
+
+
+def _change(metric: str, rel: float) -> str:
+    if metric not in METRICS or rel == 0.0:
+        return f"{rel:+.1%}"
+    better = (rel > 0) == (METRICS[metric].direction is Direction.HIGHER_IS_BETTER)
+    return f"{rel:+.1%} ({'better' if better else 'worse'})"
+
+
+def render(a_label: str, b_label: str, rows: list[ChangeRow]) -> str:
+    """A markdown table (one line when nothing changed)."""
+    if not rows:
+        return f"no metric moved by its floor and no intent changed between A {a_label} and B {b_label}"
+    lines = [
+        f"A: {a_label}",
+        f"B: {b_label}",
+        "",
+        "| item | metric / intent | A | B | change |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [f"| {r.item} | {r.what} | {r.before} | {r.after} | {r.change} |" for r in rows]
+    return "\n".join(lines)

@@ -1,0 +1,124 @@
+"""A results folder read back as records: the verdict lines and the measurement records a run wrote.
+
+A run stamps its folder when it starts (``run.json``: its id and start time) and every verdict line
+and measurement record it writes with that id. A folder reused by several runs therefore reads back
+as its latest run only; a folder from before run ids (no ``run.json``) reads back whole.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import re
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from sglperf.model.files import SAFE_NAME_PATTERN, os_problem, read_input, strict_json, write_text_atomic
+from sglperf.model.measurement import MeasurementRecord
+from sglperf.model.verdict import Verdict
+
+VERDICTS_GLOB = "verdicts*.jsonl"
+MEASUREMENTS_DIR = "measurements"
+RUN_FILE = "run.json"
+RUN_ID_FIELD = "run_id"  # in each verdict line, beside the verdict record
+
+
+class ResultsError(ValueError):
+    """A results folder that cannot be read; the message names the file."""
+
+
+@dataclass(frozen=True)
+class RunStamp:
+    """Which run a results folder holds."""
+
+    run_id: str
+    started_at: str  # UTC, ISO 8601
+
+    @classmethod
+    def new(cls, run_id: str | None = None) -> RunStamp:
+        now = _dt.datetime.now(_dt.UTC).replace(microsecond=0)
+        return cls(run_id or f"{now:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}", now.isoformat())
+
+    def write(self, folder: Path) -> None:
+        write_text_atomic(folder / RUN_FILE, strict_json({"run_id": self.run_id, "started_at": self.started_at}))
+
+    def stamp(self, folder: Path) -> None:
+        """Mark ``folder`` as this run's, unless it is already (each process writing results calls it)."""
+        try:
+            current = read_stamp(folder)
+        except ResultsError:
+            current = None  # a damaged stamp: this run's replaces it
+        if current != self:
+            self.write(folder)
+
+
+def read_stamp(folder: Path) -> RunStamp | None:
+    """The folder's run stamp; None for a folder written before run ids."""
+    path = folder / RUN_FILE
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(read_input(path))
+        stamp = RunStamp(str(data["run_id"]), str(data["started_at"]))
+        _dt.datetime.fromisoformat(stamp.started_at)
+    except OSError as exc:
+        raise ResultsError(f"{path}: cannot read it: {os_problem(exc)}") from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ResultsError(f"{path}: not a run stamp ({type(exc).__name__}: {exc})") from None
+    if not re.fullmatch(SAFE_NAME_PATTERN, stamp.run_id):
+        raise ResultsError(f"{path}: run_id {stamp.run_id[:80]!r} is not a safe name")
+    return stamp
+
+
+@dataclass(frozen=True)
+class RunResults:
+    folder: Path
+    verdicts: tuple[Verdict, ...]
+    measurements: tuple[MeasurementRecord, ...]
+    stamp: RunStamp | None = None
+
+    @property
+    def emulated(self) -> bool:
+        return any(m.emulated for m in self.measurements) or any("emulator" in v.tier for v in self.verdicts)
+
+
+def _verdict(path: Path, n: int, line: str) -> tuple[str | None, Verdict]:
+    """A verdict line: the id of the run that wrote it (None before run ids) and the verdict."""
+    try:
+        record = json.loads(line)
+        return record.get(RUN_ID_FIELD), Verdict.from_record(record)
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ResultsError(f"{path}:{n}: not a verdict record ({exc})") from None
+
+
+def read_measurement(path: Path) -> MeasurementRecord:
+    try:
+        return MeasurementRecord.model_validate_json(read_input(path))
+    except OSError as exc:
+        raise ResultsError(f"{path}: cannot read it: {os_problem(exc)}") from None
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        raise ResultsError(
+            f"{path}: not a measurement record ({'.'.join(map(str, first['loc']))}: {first['msg']})"
+        ) from None
+
+
+def collect(folder: Path) -> RunResults:
+    """Read what the folder's run wrote: verdict lines (one file per pytest process) and measurement
+    records; with a run stamp, only those of that run."""
+    stamp = read_stamp(folder)
+    lines = [
+        _verdict(path, n, line)
+        for path in sorted(folder.glob(VERDICTS_GLOB))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if line.strip()
+    ]
+    verdicts = [v for run_id, v in lines if stamp is None or run_id == stamp.run_id]
+    records = [read_measurement(path) for path in sorted((folder / MEASUREMENTS_DIR).glob("*.json"))]
+    measurements = [r for r in records if stamp is None or r.run_id == stamp.run_id]
+    if not verdicts and not measurements:
+        raise ResultsError(f"{folder}: no sglperf results here (expected {VERDICTS_GLOB} or {MEASUREMENTS_DIR}/*.json)")
+    return RunResults(folder, tuple(verdicts), tuple(measurements), stamp)
