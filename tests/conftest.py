@@ -34,6 +34,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.needs_sglang)
 
 
+@pytest.fixture(autouse=True)
+def own_history_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Each test records runs in a history store of its own, never in the user's
+    (~/.local/share/sglperf), and no test sees another's runs."""
+    path = tmp_path / "history" / "history.sqlite"
+    monkeypatch.setenv("SGLPERF_HISTORY", str(path))
+    return path
+
+
 @pytest.fixture(scope="session")
 def sglang_python():
     """Interpreter of the managed environment for a release, built on first use (minutes, once)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -11,6 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sglperf.baselines.changepoint import MIN_HISTORY, change_points, drift, energy_statistic
+from sglperf.history import ingest, open_store
+from sglperf.history.results_folder import RunStamp
 from sglperf.model.measurement import MeasurementRecord, Provenance, Rounds, SampleSummary
 from sglperf.model.metrics import Direction
 from sglperf.reporting import markdown
@@ -114,7 +117,15 @@ def test_the_report_names_the_night_a_drift_started(tmp_path: Path) -> None:
         (folder / "measurements").mkdir(parents=True)
         (folder / "measurements" / "dep-v-w-c1.json").write_text(_record("dep-v-w-c1", float(value)).model_dump_json())
         folders.append(folder)
-    report = markdown.write(folders[-1], history=folders[:-1]).read_text()
+    store = open_store(str(tmp_path / "history.sqlite"))
+    assert store is not None
+    for night, folder in enumerate(folders, 1):
+        RunStamp(folder.name, f"2026-01-{night:02d}T00:00:00+00:00").write(folder)
+        record = folder / "measurements" / "dep-v-w-c1.json"
+        record.write_text(json.dumps({**json.loads(record.read_text()), "run_id": folder.name}))
+        store.add_run(ingest.from_folder(folder))
+    report = markdown.write(folders[-1], store).read_text()
+    store.close()
     assert "decode_tok_s drifting since 2026-01-1" in report  # the 14th-16th night
     assert "Rounds: 3 of 12 (sequential: decode_tok_s clearly within its threshold)" in report
     assert (folders[-1] / "plots" / "dep-v-w-c1-history.png").is_file()

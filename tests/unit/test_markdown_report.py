@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from sglperf.history import ingest, open_store
+from sglperf.history.results_folder import ResultsError, collect
 from sglperf.model.host_load import HostLoad, HostLoadSummary
 from sglperf.model.measurement import (
     BaselineStatus,
@@ -17,8 +19,7 @@ from sglperf.model.measurement import (
 )
 from sglperf.model.metrics import MetricOutcome
 from sglperf.model.verdict import Status, Verdict
-from sglperf.reporting import markdown
-from sglperf.history.results_folder import ResultsError, collect
+from sglperf.reporting import history, markdown
 
 
 def verdict(
@@ -233,19 +234,27 @@ def test_write_saves_the_report_and_links_every_plot(tmp_path: Path) -> None:
     path = markdown.write(folder)
     assert path == folder / markdown.REPORT_NAME
     text = path.read_text()
-    assert text == markdown.markdown(collect(folder), {m.key: [folder / "plots" / f"{m.key}-samples.png"]}) + "\n"
+    run = collect(folder)
+    made = {m.key: [folder / "plots" / f"{m.key}-samples.png"]}
+    assert text == markdown.markdown(run, made, history.read(run, None)) + "\n"
     link = f"![{m.key}-samples](plots/{m.key}-samples.png)"
     assert link in text
     assert text.index("| decode_tok_s |") < text.index(link)
     assert (folder / "plots" / f"{m.key}-samples.png").is_file()
-    assert "-history" not in text  # no earlier folders given
+    assert "-history.png" not in text  # no history store given
+    assert "History: no history store" in text
 
 
-def test_write_links_the_history_plot_when_earlier_folders_have_the_key(tmp_path: Path) -> None:
+def test_write_links_the_history_plot_when_the_store_has_an_earlier_run(tmp_path: Path) -> None:
     m = measurement()
-    earlier = write_folder(tmp_path / "night1", [], [m])
+    earlier = write_folder(tmp_path / "night1", [], [m.model_copy(update={"sglang_version": "0.5.22"})])
     folder = write_folder(tmp_path / "night2", [], [m])
-    text = markdown.write(folder, [earlier]).read_text()
+    store = open_store(str(tmp_path / "h.sqlite"))
+    assert store is not None
+    for f in (earlier, folder):
+        store.add_run(ingest.from_folder(f))
+    text = markdown.write(folder, store).read_text()
+    store.close()
     assert f"![{m.key}-history](plots/{m.key}-history.png)" in text
     assert (folder / "plots" / f"{m.key}-history.png").is_file()
 

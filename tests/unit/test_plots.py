@@ -13,11 +13,12 @@ import pytest
 from matplotlib.figure import Figure
 
 from sglperf.cli import main
+from sglperf.history import ingest, open_store
+from sglperf.history.results_folder import RunResults, RunStamp, collect
 from sglperf.model.files import OutsideFolderError, confined
 from sglperf.model.measurement import MeasurementRecord, MetricComparison, Provenance, SampleSummary
 from sglperf.model.metrics import MetricOutcome, unit_of
-from sglperf.reporting import plots
-from sglperf.history.results_folder import RunResults, collect
+from sglperf.reporting import history, plots
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -57,11 +58,30 @@ def measurement(
     )
 
 
-def save(folder: Path, *records: MeasurementRecord) -> Path:
+def save(folder: Path, *records: MeasurementRecord, night: int | None = None) -> Path:
+    """A results folder; with ``night``, stamped as run ``<folder name>`` started that day of January."""
     (folder / "measurements").mkdir(parents=True, exist_ok=True)
+    run_id = None
+    if night is not None:
+        run_id = folder.name
+        RunStamp(run_id, f"2026-01-{night:02d}T00:00:00+00:00").write(folder)
     for r in records:
-        (folder / "measurements" / f"{r.key}.json").write_text(json.dumps({**r.model_dump(mode="json"), "result": {}}))
+        data = {**r.model_dump(mode="json"), "run_id": run_id, "result": {}}
+        (folder / "measurements" / f"{r.key}.json").write_text(json.dumps(data))
     return folder
+
+
+def past_of(store_path: Path, *folders: Path) -> tuple[RunResults, history.RunHistory]:
+    """The last folder's run, and its history in a store holding every folder's run."""
+    store = open_store(str(store_path))
+    assert store is not None
+    try:
+        for folder in folders:
+            store.add_run(ingest.from_folder(folder))
+        run = collect(folders[-1])
+        return run, history.read(run, store)
+    finally:
+        store.close()
 
 
 @pytest.fixture
@@ -93,42 +113,46 @@ def test_one_samples_png_per_measurement_and_no_history_alone(tmp_path: Path) ->
     assert all(p.read_bytes().startswith(PNG_MAGIC) for p in (tmp_path / "out").iterdir())
 
 
-def test_history_png_only_for_keys_two_folders_have(tmp_path: Path) -> None:
+def test_history_png_only_for_keys_two_runs_have(tmp_path: Path) -> None:
     a, b = measurement("mtp1"), measurement("mtp3-full")
-    earlier = save(tmp_path / "night1", a)  # has only mtp1
-    run = collect(save(tmp_path / "night2", a, b))
-    made = plots.draw(run, tmp_path / "out", [earlier])
+    earlier = save(tmp_path / "night1", a, night=1)  # has only mtp1
+    run, past = past_of(tmp_path / "h.sqlite", earlier, save(tmp_path / "night2", a, b, night=2))
+    made = plots.draw(run, tmp_path / "out", past)
     assert made[a.key] == [tmp_path / "out" / f"{a.key}-samples.png", tmp_path / "out" / f"{a.key}-history.png"]
     assert made[b.key] == [tmp_path / "out" / f"{b.key}-samples.png"]
     assert (tmp_path / "out" / f"{a.key}-history.png").read_bytes().startswith(PNG_MAGIC)
     assert not (tmp_path / "out" / f"{b.key}-history.png").exists()
 
 
-def test_history_skips_folders_without_the_record_or_with_a_malformed_one(tmp_path: Path) -> None:
-    m = measurement()
-    missing = save(tmp_path / "night1")  # no record for this key
-    malformed = save(tmp_path / "night2")
-    (malformed / "measurements" / f"{m.key}.json").write_text('{"key": "written by an older sglperf"}')
-    run = collect(save(tmp_path / "night3", m))
-    made = plots.draw(run, tmp_path / "out", [missing, malformed])
-    assert made[m.key] == [tmp_path / "out" / f"{m.key}-samples.png"]  # one usable point: no history
+def test_history_skips_runs_without_the_record(tmp_path: Path) -> None:
+    m, other = measurement(), measurement("mtp3-full")
+    run, past = past_of(
+        tmp_path / "h.sqlite", save(tmp_path / "night1", other, night=1), save(tmp_path / "n3", m, night=3)
+    )
+    made = plots.draw(run, tmp_path / "out", past)
+    assert made[m.key] == [tmp_path / "out" / f"{m.key}-samples.png"]  # one point: no history
 
 
-def test_history_points_are_the_medians_of_each_usable_folder_in_order(tmp_path: Path, figures: list[Figure]) -> None:
+def test_history_points_are_each_runs_medians_in_recorded_order(tmp_path: Path, figures: list[Figure]) -> None:
     old = measurement(samples={"decode_tok_s": [60.0, 61.0, 62.0]})
     new = measurement(samples={"decode_tok_s": [70.0, 71.0, 72.0]})
-    night1 = save(tmp_path / "night1", old)
-    night2 = save(tmp_path / "night2")
-    (night2 / "measurements" / f"{old.key}.json").write_text("not json")
-    run = collect(save(tmp_path / "night3", new))
-    made = plots.draw(run, tmp_path / "out", [night2, night1])
+    # Stored newest first, named against their order: the order is the recorded time's.
+    night3 = save(tmp_path / "a-night3", new, night=3)
+    night1 = save(tmp_path / "z-night1", old, night=1)
+    store = open_store(str(tmp_path / "h.sqlite"))
+    assert store is not None
+    store.add_run(ingest.from_folder(night3))
+    store.close()
+    run, past = past_of(tmp_path / "h.sqlite", night1, night3)
+    made = plots.draw(run, tmp_path / "out", past)
     assert len(made[new.key]) == 2
-    history = figures[-1]
-    (ax,) = history.axes
-    assert [t.get_text() for t in ax.get_xticklabels()] == ["night1", "night3"]
+    history_figure = figures[-1]
+    (ax,) = history_figure.axes
+    labels = [t.get_text() for t in ax.get_xticklabels()]
+    assert labels == ["2026-01-01 00:00 (z-night1)", "2026-01-03 00:00 (a-night3)"]
     assert np.asarray(ax.lines[0].get_ydata()).tolist() == [61.0, 71.0]
     assert ax.get_ylabel() == "tok/s"
-    assert "history: qwen36-mtp1-decode-chat-c1" in history.texts[0].get_text()
+    assert "history: qwen36-mtp1-decode-chat-c1" in history_figure.texts[0].get_text()
 
 
 def test_y_axis_label_is_the_metric_tables_unit(tmp_path: Path, figures: list[Figure]) -> None:
