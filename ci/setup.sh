@@ -11,6 +11,15 @@ fi
 # This machine's pip configuration names local package folders that may be absent; pip warns about
 # each on every call, which buries real errors.
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]' 2> >(grep -v "^WARNING: Location" >&2)
+# A PostgreSQL server for the history-store tests (they start their own cluster with its binaries).
+if ! command -v initdb >/dev/null && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+  if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null) \
+      || echo "setup: could not install postgresql; the PostgreSQL history-store tests will skip" >&2
+  else
+    echo "setup: PostgreSQL is not installed; the PostgreSQL history-store tests will skip" >&2
+  fi
+fi
 for version in "$@"; do
   .venv/bin/sglperf env build "$version" >/dev/null
 done

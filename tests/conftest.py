@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -73,3 +75,14 @@ def with_workloads(text: str) -> str:
 @pytest.fixture
 def deployment_dir(tmp_path: Path) -> Path:
     return make_project(tmp_path)
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Any]:
+    """A real PostgreSQL server for this test session (tests/postgres_server.py)."""
+    from .postgres_server import binaries, started
+
+    bin_dir = binaries()
+    if bin_dir is None:
+        pytest.skip("PostgreSQL is not installed here (ci/setup.sh installs Debian's postgresql where it can)")
+    yield from started(bin_dir)

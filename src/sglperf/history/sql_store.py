@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import asdict
 from typing import Any, Protocol
 
@@ -102,7 +102,10 @@ class SqlHistoryStore:
             try:
                 yield cursor
             except BaseException:
-                cursor.execute("ROLLBACK")
+                # SQLite has rolled back already after some errors (a full disk): the original error is
+                # the one to report, not the failed ROLLBACK.
+                with suppress(Exception):
+                    cursor.execute("ROLLBACK")
                 raise
             cursor.execute("COMMIT")
 

@@ -1,8 +1,9 @@
 """The default history store: one SQLite file, outside any checkout (a checkout's clean deletes it).
 
 Several pytest processes of one machine may write at once: writers take SQLite's write lock at the
-start of their transaction (``BEGIN IMMEDIATE``) and wait up to ``BUSY_TIMEOUT_S`` for it, and the
-journal is a write-ahead log, so readers never wait for a writer. A file that is not an SQLite
+start of their transaction (``BEGIN IMMEDIATE``) and wait up to ``BUSY_TIMEOUT_S`` for it. The
+journal stays SQLite's default (rollback): switching a new file to a write-ahead log is refused at
+once, without waiting, when two processes create the store together. A file that is not an SQLite
 database is named and left as it is.
 """
 
@@ -27,7 +28,6 @@ class SqliteBackend:
         conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
         try:
             conn.execute("PRAGMA foreign_keys = ON")
-            conn.execute("PRAGMA journal_mode = WAL")
         except BaseException:
             conn.close()
             raise
