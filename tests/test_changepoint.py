@@ -109,6 +109,15 @@ def _record(key: str, decode: float) -> MeasurementRecord:
     )
 
 
+def test_min_history_is_the_shortest_history_a_clean_step_is_found_in() -> None:
+    """Below MIN_HISTORY the check could never fire: it must not claim to have looked."""
+    for n in (MIN_HISTORY - 1, MIN_HISTORY):
+        step = [100.0] * (n // 2) + [80.0] * (n - n // 2)
+        assert bool(change_points(np.log(step))) is (n == MIN_HISTORY)
+    step = [100.0] * (MIN_HISTORY // 2) + [80.0] * (MIN_HISTORY - MIN_HISTORY // 2)
+    assert drift("decode_tok_s", step, LABELS[:MIN_HISTORY]) is not None
+
+
 def test_the_report_names_the_night_a_drift_started(tmp_path: Path) -> None:
     values = 100 * _ramp(14, n=20) * _noise(np.random.default_rng(5), 0.005, 20)
     folders = []

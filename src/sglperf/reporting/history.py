@@ -28,6 +28,15 @@ class RunHistory:
     streaks: dict[str, FailingStreak] = field(default_factory=dict)  # failing item -> its streak
     note: str | None = None  # why there is no history to read
 
+    def drift_line(self, key: str) -> str | None:
+        """Why a measurement's drift was not checked (too few runs stored); None when it was."""
+        if self.note is not None:
+            return None
+        runs = len(self.points.get(key, ()))
+        if runs >= changepoint.MIN_HISTORY:
+            return None
+        return f"Drift: not checked yet: {runs} run(s) of this series stored, {changepoint.MIN_HISTORY} needed"
+
 
 def drifts_in(points: Sequence[Point]) -> list[changepoint.Drift]:
     """Every metric still drifting the worse way at the latest run."""

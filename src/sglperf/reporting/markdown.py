@@ -125,6 +125,10 @@ def markdown(
                 lines += [f"Notes: {'; '.join(m.notes)}", ""]
             for d in drifts.get(m.key, ()):
                 lines += [f"**Drift**: {d.message()}", ""]
+            if (not_checked := past.drift_line(m.key)) is not None:
+                lines += [not_checked, ""]
+            if m.key in past.streaks:
+                lines += [f"**Failing since**: {past.streaks[m.key].message()}", ""]
             described = (_rounds_line(m), _host_line(m), _batches_line(m), _roofline_line(m))
             lines += [line + "\n" for line in described if line]
             comparisons = {c.metric: c for c in m.comparisons}
