@@ -23,7 +23,9 @@ NIGHTS = 12
 DRIFT_FROM = 5  # the first slower night
 SLOWDOWN_PER_NIGHT = 0.05
 # One variant, one small workload: the nights take seconds each.
-DEPLOYMENT = QWEN36.read_text()[: QWEN36.read_text().index("[[variants]]")] + """
+DEPLOYMENT = (
+    QWEN36.read_text()[: QWEN36.read_text().index("[[variants]]")]
+    + """
 [[variants]]
 id = "mtp1"
 speculative = { num_steps = 1, num_draft_tokens = 2 }
@@ -37,6 +39,7 @@ concurrency = [1]
 warmup = 1
 repeats = 5
 """
+)
 
 
 def _git(clone: Path, *args: str) -> None:

@@ -372,3 +372,30 @@ SERVER_STOPPED_S = 2.0  # measured 0.8 s on a 2-CPU box
 # pytest's own part: its interrupt report parses source, plugins import at session end; measured 3.0 s
 # in all on a 2-CPU box with this test's pytest beside it, 1.1-1.6 s alone.
 EXITED_S = 6.0
+
+
+def test_an_unusable_history_store_changes_nothing_but_one_line(
+    project, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The run passes as it would, its results folder is complete, and `history import` adds it later."""
+    from sglperf import cli
+    from sglperf.runtime.server import free_port
+
+    unreachable = f"postgresql://sglperf:secret@127.0.0.1:{free_port()}/postgres"
+    result = project("--emulator", "-k", "mtp1", f"--history-store={unreachable}", "--run-id=offline-night")
+    result.assert_outcomes(passed=5)
+    result.stdout.fnmatch_lines(
+        [
+            "sglperf history: history store postgresql://sglperf:***@127.0.0.1:*: cannot open it: *; the results "
+            "folder is complete: `sglperf history import *results` adds it later",
+        ]
+    )
+    assert "secret" not in result.stdout.str()
+    report = (project.path / "results" / "report.md").read_text()
+    assert "History: history store postgresql://sglperf:***@" in report
+    later = tmp_path / "later.sqlite"
+    assert cli.main(["history", "import", str(project.path / "results"), "--history-store", str(later)]) == 0
+    assert "offline-night" in capsys.readouterr().out
+    assert cli.main(["history", "list", "--history-store", str(later)]) == 0
+    (listed,) = capsys.readouterr().out.splitlines()
+    assert listed.endswith(" offline-night runner=- SGLang 0.5.23 emulator")  # live checks only: no runner
