@@ -6,6 +6,9 @@
 #   SGLANG_PYTHON   interpreter of the serving environment on the runner (required unless SGLANG_VERSION)
 #   SGLANG_VERSION  use sglperf's managed environment instead (CPU-side resolution only: with --emulator)
 #   RESULTS_DIR     default results/nightly-<UTC time>
+#   SGLPERF_HISTORY the run-history store (default: ~/.local/share/sglperf/history.sqlite, outside the
+#                   checkout; a postgresql:// URL for a fleet). Each run is recorded there, and drift and
+#                   "failing since" are read from it. SGLPERF_RUN_ID names the run (default: UTC time).
 # Arguments: extra pytest arguments, e.g. `-k qwen36`, or `--emulator` for a dry run without GPUs.
 # Exit status: non-zero if preflight or the live suite failed, or the report could not be written (it is
 # attempted either way).

@@ -1,8 +1,8 @@
 """Two runs side by side: every metric and intent that changed between them.
 
 A metric counts as changed when its median moved by at least its practical floor (the metric
-table's default threshold: smaller moves are run-to-run noise) or its baseline verdict differs; an
-intent when its verdict's status differs. Items present in one run only are listed as such.
+table's default threshold: smaller moves are run-to-run noise) or both runs judged it against a
+baseline with different outcomes; an intent when its verdict's status differs. Items present in one run only are listed as such.
 """
 
 from __future__ import annotations
@@ -38,7 +38,9 @@ def compare_runs(a: StoredRun, b: StoredRun) -> list[ChangeRow]:
         for metric in sorted(old.keys() & new.keys()):
             rel = new[metric] / old[metric] - 1.0 if old[metric] else 0.0
             floor = METRICS[metric].default_threshold if metric in METRICS else 0.0
-            outcome_changed = old_outcomes.get(metric) != new_outcomes.get(metric)
+            # A metric judged in one run only (a baseline refresh judges nothing) has not changed verdict.
+            was, now = old_outcomes.get(metric), new_outcomes.get(metric)
+            outcome_changed = was is not None and now is not None and was != now
             if abs(rel) >= floor or outcome_changed:
                 rows.append(ChangeRow(key, metric, f"{old[metric]:.4g}", f"{new[metric]:.4g}", _change(metric, rel)))
     verdicts_a = {(v.test_id, v.tier): v.status.value for v in a.verdicts}
