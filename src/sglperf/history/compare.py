@@ -2,7 +2,8 @@
 
 A metric counts as changed when its median moved by at least its practical floor (the metric
 table's default threshold: smaller moves are run-to-run noise) or both runs judged it against a
-baseline with different outcomes; an intent when its verdict's status differs. Items present in one run only are listed as such.
+baseline with different outcomes; an intent when its verdict's status differs. Items present in one
+run only are listed as such.
 """
 
 from __future__ import annotations
