@@ -395,3 +395,11 @@ def test_the_default_store_is_outside_any_checkout(monkeypatch: pytest.MonkeyPat
     monkeypatch.delenv("XDG_DATA_HOME")
     assert location.chosen() == str(Path.home() / ".local" / "share" / "sglperf" / "history.sqlite")
     assert location.chosen("off") == "off" and open_store("off") is None
+
+
+def test_a_damaged_schema_version_is_one_line_and_left_as_it_is(location: str, store: SqlHistoryStore) -> None:
+    cursor = store._conn.cursor()
+    cursor.execute(store.backend.sql("UPDATE sglperf_meta SET value = ? WHERE name = ?"), ("two", "schema_version"))
+    store.close()
+    with pytest.raises(HistoryError, match=r"its schema version 'two' is not a number; left as it is"):
+        open_store(location)

@@ -126,7 +126,13 @@ class SqlHistoryStore:
             self._run(cursor, f"CREATE TABLE IF NOT EXISTS {META_TABLE} (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
             self._run(cursor, f"SELECT value FROM {META_TABLE} WHERE name = ?", (VERSION_KEY,))
             row = cursor.fetchone()
-            version = int(row[0]) if row else 0
+            try:
+                version = int(row[0]) if row else 0
+            except ValueError:
+                raise HistoryError(
+                    f"history store {self.backend.where}: its schema version {str(row[0])[:40]!r} is not a number; "
+                    "left as it is, use another store (--history-store / SGLPERF_HISTORY)"
+                ) from None
             if version > SCHEMA_VERSION:
                 raise HistoryError(
                     f"history store {self.backend.where}: schema version {version} is newer than this sglperf's "
