@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sglperf.baselines import stats, store
+from sglperf.baselines import server_moves, stats, store
 from sglperf.baselines.sequential import SequentialPlan
 from sglperf.measure.samples import RequestSample, WorkloadResult, metric_values, round_metric_values
 from sglperf.model.measurement import BaselineStatus, MetricComparison, Provenance
@@ -140,9 +140,10 @@ def compare_to_baseline(
         verdict.not_compared(BaselineStatus.UNREADABLE, f"{path} {entry.key}: {exc}", "fail")
         return verdict
     split = split_decode_change(stored_entry.samples, entry.samples)
-    verdict.problems += [
-        f"{c.message()}; {split}" if split and c.metric == "decode_tok_s" else c.message() for c in verdict.regressions
-    ]
+    server = "; ".join(server_moves.moved_series(stored_entry.server, entry.server))
+    for c in verdict.regressions:
+        line = f"{c.message()}; {split}" if split and c.metric == "decode_tok_s" else c.message()
+        verdict.problems.append(f"{line}; server: {server}" if server else line)
     return verdict
 
 

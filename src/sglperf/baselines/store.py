@@ -59,6 +59,8 @@ class Entry(_Strict):
     output_len: int
     samples: dict[str, tuple[float, ...]]  # metric -> per-request samples
     summary: dict[str, SampleSummary] = Field(default_factory=dict)  # derived, for people reading the file
+    # The server's watched metrics per round (`baselines.server_moves`): named in a failure, never judged.
+    server: dict[str, tuple[float, ...]] = Field(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -103,7 +105,12 @@ def summarize(samples: Mapping[str, Sequence[float]]) -> dict[str, SampleSummary
 
 
 def make_entry(
-    workload: str, concurrency: int, prompt_digest: str, output_len: int, samples: Mapping[str, Sequence[float]]
+    workload: str,
+    concurrency: int,
+    prompt_digest: str,
+    output_len: int,
+    samples: Mapping[str, Sequence[float]],
+    server: Mapping[str, Sequence[float]] | None = None,
 ) -> Entry:
     rounded = {m: tuple(_round(float(x)) for x in xs) for m, xs in samples.items() if xs}
     return Entry(
@@ -113,6 +120,7 @@ def make_entry(
         output_len=output_len,
         samples=rounded,
         summary=summarize(rounded),
+        server={m: tuple(_round(float(x)) for x in xs) for m, xs in (server or {}).items() if xs},
     )
 
 

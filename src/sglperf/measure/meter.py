@@ -55,6 +55,7 @@ from sglperf.measure.samples import (
     round_metric_values,
     round_stats,
 )
+from sglperf.measure.server_scrape import MetricsWatch, RoundScraper
 from sglperf.measure.stream import RequestContext, parse_native, parse_openai, sse_events
 from sglperf.measure.transport import Ending, Exchange, Origin, TransportError, decode_response, post_streamed
 from sglperf.model.deployment import Workload
@@ -325,6 +326,7 @@ async def run_workload(
     on_round: RoundCallback | None = None,
     host: HostGuard | None = None,
     marks: RoundMarks | None = None,
+    metrics: MetricsWatch | None = None,
 ) -> WorkloadResult:
     """Warm up, then up to ``workload.repeats`` rounds over every prompt with ``concurrency`` in flight.
 
@@ -332,7 +334,8 @@ async def run_workload(
     no round benefits from the previous one (or from the warm-up). ``on_round``, when given, sees the
     result so far after each round (without the server's acceptance, read once at the end) and
     stops the loop by returning True; without it every round runs. ``host``: see the module docstring; ``marks``: see
-    :class:`RoundMarks`.
+    :class:`RoundMarks`; ``metrics``: read the server's ``/metrics`` around every round
+    (`sglperf.measure.server_scrape`).
     """
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
@@ -340,6 +343,7 @@ async def run_workload(
     started = time.perf_counter()
     session = _Session(base_url, workload, api_key, timeout_s, chunk_timeout_s, model)
     limit = asyncio.Semaphore(concurrency)
+    scraper = RoundScraper(session.http, metrics, CONTROL_DEADLINE_S) if metrics is not None else None
 
     def job(prompt: Prompt, request_id: str, repeat: int) -> Callable[[], Awaitable[RawResponse]]:
         return lambda: session.fetch(prompt, request_id, repeat)
@@ -361,19 +365,22 @@ async def run_workload(
                 marks.begin(r)
             if host is not None:
                 host.probe.start()
-            raws = await _bounded(limit, [job(p, f"{workload.id}/r{r}/{p.id}", r) for p in items])
+            batch = _bounded(limit, [job(p, f"{workload.id}/r{r}/{p.id}", r) for p in items])
+            raws = await (scraper.around(batch) if scraper is not None else batch)
             load = host.probe.stop() if host is not None else None
             parsed = [session.parse(raw) for raw in raws]
             stats = round_stats(r, [raw.exchange.sent_at for raw in raws], parsed, load)
             r += 1
             if host is not None and load is not None and load.disturbed(host.limit):
+                if scraper is not None:
+                    scraper.forget_round()
                 dropped.append(stats)
                 if len(dropped) > workload.repeats:
                     raise HostBusyError(_host_busy(base_url, workload, host, dropped))
                 waited_s += await _wait_for_quiet(host, host.quiet_wait_s - waited_s)
                 continue
             samples += parsed
-            rounds.append(stats)
+            rounds.append(replace(stats, server=scraper.take_round()) if scraper is not None else stats)
             if on_round is not None and len(rounds) < workload.repeats:
                 partial = _result(
                     base_url, workload, prompts, concurrency, tuple(samples), tuple(rounds), None, None, 0.0
@@ -396,6 +403,8 @@ async def run_workload(
         server_note,
         time.perf_counter() - started,
     )
+    if scraper is not None:
+        result = replace(result, server_scrapes=scraper.scrapes, metrics_note=scraper.problem)
     return replace(result, dropped_rounds=tuple(dropped))
 
 
@@ -468,6 +477,7 @@ def measure(
     on_round: RoundCallback | None = None,
     host: HostGuard | None = None,
     marks: RoundMarks | None = None,
+    metrics: MetricsWatch | None = None,
 ) -> WorkloadResult:
     """Synchronous :func:`run_workload` (runs its own event loop)."""
     with _ctrl_c_at_once():
@@ -484,6 +494,7 @@ def measure(
                 on_round=on_round,
                 host=host,
                 marks=marks,
+                metrics=metrics,
             )
         )
 

@@ -136,6 +136,7 @@ class RoundStats:
     completion_tokens: int
     wall_s: float  # first request's send to the last token-carrying chunk of any request
     host: HostLoad | None = None  # what the rest of the machine took meanwhile, when counted
+    server: Mapping[str, float] | None = None  # the server's own metrics over the round, when read
 
 
 def round_stats(
@@ -193,6 +194,8 @@ class WorkloadResult:
     wall_s: float
     rounds: tuple[RoundStats, ...] = ()  # measured rounds, in order
     dropped_rounds: tuple[RoundStats, ...] = ()  # run, but the host was busy: not in samples or summary
+    server_scrapes: int = 0  # /metrics readings of the measured rounds
+    metrics_note: str | None = None  # why the server's metrics stopped being read
 
     def to_record(self) -> dict[str, Any]:
         record = {k: v for k, v in asdict(self).items() if k not in ("samples", "summary")}

@@ -200,6 +200,8 @@ class Launch(_Strict):
     env: EnvVars = Field(default_factory=dict)
     when: list[VersionRule] = Field(default_factory=list)
     startup_timeout_s: Deadline = 1800
+    # --enable-metrics on every launch, so each round's server metrics are read; false leaves it to the flags.
+    server_metrics: bool = True
 
 
 class Variant(_Strict):

@@ -15,6 +15,7 @@ from sglperf.model.batch_evidence import BatchEvidence
 from sglperf.model.files import SAFE_NAME_PATTERN
 from sglperf.model.host_load import HostLoadSummary
 from sglperf.model.metrics import MetricOutcome
+from sglperf.model.server_metrics import ServerMetricsRecord
 
 
 class _Strict(BaseModel):
@@ -134,6 +135,8 @@ class MeasurementRecord(BaseModel):
     host: HostLoadSummary | None = None  # None where it was not counted (host_note says why)
     host_note: str | None = None
     batches: BatchEvidence | None = None  # what the server's batch log lines say the rounds ran
+    server_metrics: ServerMetricsRecord | None = None  # the server's /metrics per measured round
+    server_metrics_note: str | None = None  # why they are missing or stopped
     skip_reason: str | None = Field(default=None, exclude=True)  # the item skips (policy "skip")
 
     @property

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from sglperf import preflight
-from sglperf.baselines import regression, roofline, store
+from sglperf.baselines import regression, roofline, server_moves, store
 from sglperf.baselines.sequential import SequentialPlan
 from sglperf.history.results_folder import RunStamp
 from sglperf.judge import batch_evidence, live_evidence
@@ -24,6 +24,7 @@ from sglperf.judge import drift as drift_check
 from sglperf.measure import meter
 from sglperf.measure.prompts import load_prompts
 from sglperf.measure.samples import WorkloadResult
+from sglperf.measure.server_scrape import MetricsWatch
 from sglperf.model.batch_evidence import BatchEvidence
 from sglperf.model.deployment import Deployment, Variant, Workload
 from sglperf.model.files import os_problem, read_input, strict_json, write_text_atomic
@@ -33,13 +34,14 @@ from sglperf.model.measurement import BaselineStatus, MeasurementRecord, Provena
 from sglperf.model.progress import Progress, say_once
 from sglperf.model.resolution import ModelFacts
 from sglperf.model.server_facts import ServerFacts
+from sglperf.model.server_metrics import ServerMetricsRecord
 from sglperf.model.verdict import Verdict
 from sglperf.runtime import gpus, host_probe, provenance, server, server_info
 from sglperf.runtime.attach import AttachedServer, AttachError, DeclaredGpus, attached_profile_problems, read_attached
 from sglperf.runtime.log_windows import RoundLogWindows
 from sglperf.session.handles import ServerHandle, VariantRef
 from sglperf.session.preflight_session import PreflightSession, deployment_key
-from sglperf.sglang import batch_log, envs, modelsize
+from sglperf.sglang import batch_log, envs, metrics_catalogue, modelsize
 from sglperf.sglang.cpu_shim import AMX_NOTE
 from sglperf.sglang.flags import LaunchPlan, plan
 
@@ -86,6 +88,7 @@ class RunningVariant:
     verdicts: list[Verdict] = field(default_factory=list)
     server_notes: tuple[str, ...] = ()  # what every measurement on this server should say about it
     decode_log_interval: int | None = None  # as launched; None: the release's default, or not ours to set
+    server_metrics: str | None = None  # why /metrics is not read ("" never: None means it is read)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -192,6 +195,7 @@ class LiveSession:
         release = self.preflight.resolver(deployment).release()
         launch = plan(deployment, variant, release.parser, self._model_path(deployment), deployment.architectures)
         launch, interval = _with_decode_log_interval(launch, deployment, variant, release.parser.has)
+        launch, metrics_off = _with_server_metrics(launch, deployment, release.parser.has)
         name = f"{deployment.key}-{variant.id}"
         env = dict(launch.env)
         if self.options.emulator:
@@ -245,6 +249,7 @@ class LiveSession:
             gpus.visible_gpus(),
             server_notes=(AMX_NOTE,) if shimmed else (),
             decode_log_interval=interval,
+            server_metrics=metrics_off,
         )
 
     def _attach(self, deployment: Deployment, variant: Variant) -> RunningVariant:
@@ -413,6 +418,7 @@ class LiveSession:
         limit = self.options.max_host_load or deployment.runner.max_host_load or DEFAULT_MAX_HOST_LOAD
         guard, host_note = self._host_guard(running, limit)
         windows = None if isinstance(running.server, AttachedServer) else RoundLogWindows(running.server.spec.log_path)
+        watch = self._metrics_watch(running)
         result = meter.measure(
             running.server.base_url,
             workload,
@@ -423,6 +429,12 @@ class LiveSession:
             on_round=on_round if plan else None,
             host=guard,
             marks=windows,
+            metrics=watch,
+        )
+        server_rounds = [r.server for r in result.rounds if r.server is not None]
+        server_metrics = ServerMetricsRecord.of(server_rounds, result.server_scrapes) if server_rounds else None
+        metrics_note = running.server_metrics or (
+            f"server metrics not read: {result.metrics_note}" if result.metrics_note else None
         )
         batches, batch_problems, batch_notes = self._batch_evidence(running, windows, result)
         host = HostLoadSummary.of(
@@ -439,7 +451,14 @@ class LiveSession:
         else:
             reason = f"budget of {workload.repeats} rounds used" + (f" ({reasons[0]})" if reasons else "")
         rounds = Rounds(used=used, budget=workload.repeats, sequential=plan is not None, reason=reason)
-        entry = store.make_entry(workload.id, concurrency, prompts.digest, workload.output_len, samples)
+        entry = store.make_entry(
+            workload.id,
+            concurrency,
+            prompts.digest,
+            workload.output_len,
+            samples,
+            server_moves.baseline_series(server_metrics.series) if server_metrics else None,
+        )
         if self.options.update_baselines:
             verdict = self._record(path, deployment, variant, prov, entry, batch_problems)
         else:
@@ -485,6 +504,8 @@ class LiveSession:
             host=host,
             host_note=host_note,
             batches=batches,
+            server_metrics=server_metrics,
+            server_metrics_note=metrics_note,
             skip_reason=verdict.skip_reason,
         )
         out = self.options.results_dir / "measurements" / f"{key}.json"
@@ -513,6 +534,15 @@ class LiveSession:
         if batch_evidence.NO_GRAPH_FIELD in notes:
             say_once(self.progress, f"SGLang {running.facts.version}: {batch_evidence.NO_GRAPH_FIELD}")
         return evidence, problems, notes
+
+    def _metrics_watch(self, running: RunningVariant) -> MetricsWatch | None:
+        """What the meter reads from the server's /metrics, or None when it is off for this server."""
+        if running.server_metrics is not None:
+            return None
+        definitions = metrics_catalogue.catalogue(self.preflight.resolver(running.deployment).python)
+        for series in metrics_catalogue.missing_watched(definitions):
+            say_once(self.progress, f"SGLang {running.facts.version} defines no metric for {series}: not watched")
+        return MetricsWatch(metrics_catalogue.watched_counters(definitions))
 
     def _host_guard(self, running: RunningVariant, limit: float) -> tuple[meter.HostGuard | None, str | None]:
         """The busy-host check for a measurement, or (None, why it is not made)."""
@@ -650,6 +680,20 @@ def _with_decode_log_interval(
     per_step = max(spec.num_draft_tokens, spec.num_steps + 1) if spec else 1
     interval = batch_log.decode_log_interval_for(min(w.output_len for w in deployment.workloads), per_step)
     return replace(launch, argv=(*launch.argv, flag, str(interval))), interval
+
+
+def _with_server_metrics(
+    launch: LaunchPlan, deployment: Deployment, release_has: Callable[[str], bool]
+) -> tuple[LaunchPlan, str | None]:
+    """The launch with SGLang's metrics endpoint on, so each round's server metrics are read; or why not."""
+    flag = metrics_catalogue.METRICS_FLAG
+    if not deployment.launch.server_metrics:
+        return launch, "server metrics not read: the deployment sets launch.server_metrics = false"
+    if any(token.split("=", 1)[0] == flag for token in launch.argv):
+        return launch, None
+    if not release_has(flag):
+        return launch, f"server metrics not read: this SGLang release has no {flag}"
+    return replace(launch, argv=(*launch.argv, flag)), None
 
 
 def _sequential_plan(workload: Workload, stored: store.Entry) -> tuple[SequentialPlan | None, str]:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from sglperf.sglang.batch_log import DECODE_LOG_INTERVAL_FIELD
+from sglperf.sglang.metrics_catalogue import METRICS_FIELD
 
 LAUNCH_MODULE = "sglang.launch_server"
 # SGLang's own benchmark client, newest path first: 0.5.23 moved it and warns on the old one
@@ -50,7 +51,9 @@ LAUNCH_SPECIFIC_FIELDS = frozenset(
         # kept in provenance instead, and a change beyond noise is noted (baselines.store).
         KV_POOL_TOKENS_FIELD,
         "max_req_input_len",
-        # Set by measurement launches so that every round logs its decode batches (batch_log).
+        # Set by measurement launches so that every round logs its decode batches (batch_log) and its
+        # server metrics are read (metrics_catalogue): observation, not a decision of SGLang's.
         DECODE_LOG_INTERVAL_FIELD,
+        METRICS_FIELD,
     }
 )

@@ -1,0 +1,95 @@
+"""Reading SGLang's ``/metrics`` around and during a measured round (`sglperf.model.server_metrics`).
+
+A reading is one small GET on the meter's control client; while streams run it only stores the text
+and its time, and parsing waits for the round's end, as the streams' parsing does. A server that does
+not answer (metrics off, an error, a timeout) costs the measurement its server metrics, never its
+numbers: the first failure is kept as a note and nothing more is asked of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from typing import TypeVar
+
+import httpx
+
+from sglperf.model.server_metrics import ServerScrape, round_series
+from sglperf.sglang.metrics_catalogue import METRICS_PATH, ExpositionError, parse_exposition
+
+T = TypeVar("T")
+DEFAULT_INTERVAL_S = 1.0  # readings during a round: often enough for a queue's peak, rare enough to cost nothing
+
+
+@dataclass(frozen=True)
+class MetricsWatch:
+    """What to read: the watched counters the release defines (one never printed rose by 0), and how often."""
+
+    defined_counters: frozenset[str] = frozenset()
+    interval_s: float = DEFAULT_INTERVAL_S
+
+
+class RoundScraper:
+    """Readings of one server's ``/metrics``, a round at a time."""
+
+    def __init__(self, http: httpx.AsyncClient, watch: MetricsWatch, deadline_s: float) -> None:
+        self.http, self.watch, self.deadline_s = http, watch, deadline_s
+        self.problem: str | None = None
+        self.scrapes = 0
+        self._texts: list[tuple[float, str]] = []
+
+    async def read(self) -> None:
+        if self.problem is not None:
+            return
+        url = f"{self.http.base_url}{METRICS_PATH.lstrip('/')}"
+        try:
+            response = await asyncio.wait_for(self.http.get(METRICS_PATH), self.deadline_s)
+        except TimeoutError:
+            self.problem = f"{url}: no answer within {self.deadline_s:g} s"
+            return
+        except httpx.HTTPError as exc:
+            self.problem = f"{url}: {type(exc).__name__}: {exc}"
+            return
+        if response.status_code != 200:
+            self.problem = f"{url}: HTTP {response.status_code} ({response.text[:120].strip()})"
+            return
+        self._texts.append((time.perf_counter(), response.text))
+
+    async def around(self, work: Awaitable[T]) -> T:
+        """Read before ``work``, every ``interval_s`` while it runs, and after it; ``work``'s result."""
+
+        async def sample() -> None:
+            while True:
+                await asyncio.sleep(self.watch.interval_s)
+                await self.read()
+
+        await self.read()
+        sampler = asyncio.create_task(sample())
+        try:
+            result = await work
+        finally:
+            sampler.cancel()
+            await asyncio.gather(sampler, return_exceptions=True)
+        await self.read()
+        return result
+
+    def take_round(self) -> dict[str, float] | None:
+        """The round's series from its readings (then forgotten); None when the server stopped answering."""
+        texts, self._texts = self._texts, []
+        if self.problem is not None:
+            return None
+        scrapes: list[ServerScrape] = []
+        for at_s, text in texts:
+            try:
+                scrapes.append(parse_exposition(text, at_s))
+            except ExpositionError as exc:
+                self.problem = f"{self.http.base_url}{METRICS_PATH.lstrip('/')}: {exc}"
+                return None
+        self.scrapes += len(scrapes)
+        return round_series(scrapes, self.watch.defined_counters)
+
+    def forget_round(self) -> None:
+        """A dropped round's readings are not the next round's."""
+        self._texts = []
