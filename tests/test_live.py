@@ -399,3 +399,117 @@ def test_an_unusable_history_store_changes_nothing_but_one_line(
     assert cli.main(["history", "list", "--history-store", str(later)]) == 0
     (listed,) = capsys.readouterr().out.splitlines()
     assert listed.endswith(" offline-night runner=- SGLang 0.5.23 emulator")  # live checks only: no runner
+
+
+# A fake NVML for the run under test, at the binding's import boundary (sglperf.testing.fake_nvml), with
+# GPU events at chosen measured rounds: each probe start is a round (the run measures one workload).
+FAKE_NVML_CONFTEST = """
+import json
+import os
+
+import psutil
+
+from sglperf.runtime import gpu_telemetry
+from sglperf.testing.fake_nvml import FakeGpu, FakeNvml
+
+HW_THERMAL = 0x40
+scenario = json.loads(os.environ["SGLPERF_TEST_FAKE_NVML"])
+gpus = [FakeGpu(uuid=f"GPU-fake-{i}") for i in range(2)]
+FakeNvml(gpus).install()
+start, stop = gpu_telemetry.NvmlRoundProbe.start, gpu_telemetry.NvmlRoundProbe.stop
+started = [0]
+
+
+def scripted_start(self):
+    r = started[0]
+    started[0] += 1
+    # The server (the emulator, this process's child) is on GPU 0 in every round: ours, never foreign.
+    ours = [(p.pid, 20 * 2**30) for p in psutil.Process().children(recursive=True)]
+    gpus[0].processes = ours
+    if r in scenario.get("thermal", []) or scenario.get("always") == "thermal":
+        gpus[0].reasons = HW_THERMAL
+        gpus[0].temperature_c = 88
+    if r in scenario.get("foreign", []):
+        gpus[1].processes = [(1, 512 * 2**20)]  # init: alive, in this pid namespace, not ours
+    start(self)
+
+
+def scripted_stop(self):
+    round_ = stop(self)
+    if scenario.get("always") is None:  # the GPU cools, the other job ends
+        gpus[0].reasons, gpus[0].temperature_c, gpus[1].processes = 0, 70, []
+    return round_
+
+
+gpu_telemetry.NvmlRoundProbe.start = scripted_start
+gpu_telemetry.NvmlRoundProbe.stop = scripted_stop
+"""
+
+
+def _measurement(results: Path) -> dict:
+    (path,) = (results / "measurements").glob("*.json")
+    return json.loads(path.read_text())
+
+
+def test_a_throttled_round_and_a_foreign_process_are_dropped_and_run_again(
+    project, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    project.write(with_workloads(MEASURE_WORKLOAD))
+    (project.path / "conftest.py").write_text(FAKE_NVML_CONFTEST)
+    monkeypatch.setenv("SGLPERF_TEST_FAKE_NVML", json.dumps({"thermal": [1], "foreign": [3]}))
+    config = json.dumps({"decode_step_s": 0.002})
+    result = project(
+        "-m", "measure", "--emulator", f"--emulator-config={config}", "-k", "mtp1", "--update-baselines",
+        f"--baselines-dir={tmp_path / 'b'}", "--max-host-load=1",
+    )  # fmt: skip
+    result.assert_outcomes(passed=1)
+    record = _measurement(project.path / "results")
+    gpu = record["gpu"]
+    assert record["rounds"]["used"] == 6 and gpu["rounds"] == 6 and gpu["dropped_rounds"] == 2
+    assert record["gpu_note"] is None
+    (dropped,) = [n for n in record["notes"] if "the GPU was disturbed" in n]
+    assert dropped.startswith("2 round(s) dropped and measured again")
+    assert "hw thermal slowdown" in dropped and "88 °C" in dropped
+    causes = [r["dropped_because"] for r in record["result"]["dropped_rounds"]]
+    assert len(causes) == 2 and "hw thermal slowdown" in causes[0] and "pid 1" in causes[1]
+    assert all("pid 1" not in c and "GPU 0" in c for c in causes[:1])  # the server on GPU 0 is ours
+    assert gpu["temperature_c"] == 70 and gpu["throttle_share"] == 0.0  # kept rounds only
+
+
+def test_a_gpu_that_stays_throttled_fails_the_item_in_one_line(project, monkeypatch: pytest.MonkeyPatch) -> None:
+    project.write(with_workloads(MEASURE_WORKLOAD))
+    (project.path / "conftest.py").write_text(FAKE_NVML_CONFTEST)
+    monkeypatch.setenv("SGLPERF_TEST_FAKE_NVML", json.dumps({"always": "thermal"}))
+    config = json.dumps({"decode_step_s": 0.002})
+    result = project(
+        "-m", "measure", "--emulator", f"--emulator-config={config}", "-k", "mtp1", "--baseline-missing=skip",
+        "--max-host-load=1", "--quiet-wait=1",
+    )  # fmt: skip
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*decode-chat: the GPU stayed disturbed: 7 rounds dropped, 7 of them by the GPU (worst: GPU 0 NVIDIA RTX "
+            "A6000: hw thermal slowdown 100% of the round (allowed: 10%), 88 °C*); its numbers would measure that, "
+            "not SGLang: let the GPU cool*"
+        ]
+    )
+    assert "Traceback" not in result.stdout.str()
+
+
+def test_without_nvml_a_measurement_runs_and_says_so_once(project, tmp_path: Path) -> None:
+    """This machine has no NVML library: the real binding fails to load it, as on a GPU runner without it."""
+    project.write(with_workloads(MEASURE_WORKLOAD))
+    config = json.dumps({"decode_step_s": 0.002})
+    result = project(
+        "-m", "measure", "--emulator", f"--emulator-config={config}", "-k", "mtp1", "--update-baselines",
+        f"--baselines-dir={tmp_path / 'b'}", "--max-host-load=1",
+    )  # fmt: skip
+    result.assert_outcomes(passed=1)
+    record = _measurement(project.path / "results")
+    assert record["gpu"] is None
+    assert record["gpu_note"].startswith("GPU telemetry not read: ")
+    assert "\n" not in record["gpu_note"] and "Traceback" not in result.stdout.str()
+    # and the server's own metrics were read around every round
+    assert record["server_metrics_note"] is None
+    series = record["server_metrics"]["series"]
+    assert series["sglang:num_requests_total"] == [2.0] * 6

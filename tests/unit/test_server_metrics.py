@@ -44,7 +44,9 @@ values = st.floats(min_value=0, max_value=1e6, allow_nan=False)
 
 
 @given(st.lists(st.tuples(values, values), min_size=2, max_size=8), st.booleans())
-def test_round_series_are_the_counters_rise_and_the_gauges_range(readings: list[tuple[float, float]], printed: bool) -> None:
+def test_round_series_are_the_counters_rise_and_the_gauges_range(
+    readings: list[tuple[float, float]], printed: bool
+) -> None:
     total = 0.0
     scrapes = []
     for i, (rise, gauge) in enumerate(readings):
@@ -72,9 +74,7 @@ def test_the_record_keeps_series_every_round_has() -> None:
 
 def test_a_retraction_rise_is_named_with_its_numbers() -> None:
     moved = moved_series({RETRACTED: [0.0, 0.0, 0.0]}, {RETRACTED: [12.0, 14.0, 17.0]})
-    assert moved == [
-        f"retracted requests per round rose from 0 to 14 (median of 3 rounds, baseline 0-0; {RETRACTED})"
-    ]
+    assert moved == [f"retracted requests per round rose from 0 to 14 (median of 3 rounds, baseline 0-0; {RETRACTED})"]
 
 
 @given(st.lists(st.floats(min_value=0.5, max_value=100), min_size=3, max_size=12))

@@ -17,8 +17,11 @@ measured round; returning True stops the loop there (sequential stopping, decide
 With a ``HostGuard`` it counts what the rest of the machine took during each round
 (`sglperf.model.host_load`); a disturbed round is dropped and run again, and a host that stays
 busy for more dropped rounds than the workload's repeats is a :class:`HostBusyError`: its numbers would
-measure the neighbour, not SGLang. After a dropped round the meter first waits, a minute at most
-per measurement, for a quiet half second: a neighbour that comes and goes costs time, not rounds.
+measure the neighbour, not SGLang. A ``GpuGuard`` does the same for the server's GPUs
+(`sglperf.model.gpu_telemetry`: a thermal or power throttle, another process on the GPU), and
+:class:`GpuDisturbedError` ends a measurement whose dropped rounds were mostly the GPU's. After a dropped
+round the meter first waits, a minute at most per measurement, for a quiet half second: a neighbour
+that comes and goes, a GPU that cools, costs time, not rounds.
 
 Ctrl-C raises KeyboardInterrupt wherever the meter is, as in plain Python (`_ctrl_c_at_once`):
 asyncio's own handling only cancels the running task at its next ``await``, and a round's parsing
@@ -45,6 +48,7 @@ import httpx
 
 from sglperf.measure.prompts import Prompt, PromptSet
 from sglperf.measure.samples import (
+    GpuDisturbedError,
     HostBusyError,
     MeterError,
     RequestSample,
@@ -59,6 +63,7 @@ from sglperf.measure.server_scrape import MetricsWatch, RoundScraper
 from sglperf.measure.stream import RequestContext, parse_native, parse_openai, sse_events
 from sglperf.measure.transport import Ending, Exchange, Origin, TransportError, decode_response, post_streamed
 from sglperf.model.deployment import Workload
+from sglperf.model.gpu_telemetry import GpuLimits, GpuRound
 from sglperf.model.host_load import HostLoad
 from sglperf.model.metrics import METRIC_NAMES, METRICS
 from sglperf.model.server_facts import ServerFacts
@@ -72,6 +77,8 @@ DEFAULT_MODEL = "default"  # SGLang serves one model and does not check the name
 # Control requests (flush, server info) end by this wall time: httpx's timeouts bound each read, and a
 # server that drips a byte every few seconds would otherwise hold the run.
 CONTROL_DEADLINE_S = 30.0
+DEFAULT_QUIET_WAIT_S = 60.0  # per measurement, waiting for a quiet host and GPU after a dropped round
+HOST_CAUSE, GPU_CAUSE = "host", "GPU"  # how RoundStats.dropped_because starts
 _NO_ANSWER = f"no complete answer within {CONTROL_DEADLINE_S:g} s (a wedged server?)"
 FLUSH_ATTEMPTS = 20  # SGLang refuses a flush while a finished request is still being retired
 FLUSH_RETRY_S = 0.05
@@ -104,6 +111,27 @@ class RoundMarks(Protocol):
     def end(self) -> None: ...
 
 
+class GpuRoundProbe(Protocol):
+    """Samples the server's GPUs between ``start`` and ``stop`` (`sglperf.runtime.gpu_telemetry`)."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> GpuRound: ...
+
+    def quiet(self, limits: GpuLimits | None = None) -> bool: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class GpuGuard:
+    """Drop rounds during which a GPU throttled or ran a foreign process (`sglperf.model.gpu_telemetry`)."""
+
+    probe: GpuRoundProbe
+    limits: GpuLimits
+    quiet_wait_s: float = DEFAULT_QUIET_WAIT_S  # as HostGuard's (the host's wins when both guard)
+
+
 @dataclass(frozen=True)
 class HostGuard:
     """Drop rounds during which the rest of the machine took more than ``limit`` of its CPU; after a
@@ -111,17 +139,20 @@ class HostGuard:
 
     probe: RoundProbe
     limit: float  # share of the machine's capacity (CPUs x wall time)
-    quiet_wait_s: float = 60.0
+    quiet_wait_s: float = DEFAULT_QUIET_WAIT_S
     quiet_window_s: float = 0.5
 
 
-async def _wait_for_quiet(host: HostGuard, budget_s: float) -> float:
-    """Watch the host in windows until one is quiet or ``budget_s`` is spent; returns the time spent."""
+async def _wait_for_quiet(host: HostGuard | None, gpu: GpuGuard | None, budget_s: float) -> float:
+    """Watch the host and the GPUs in windows until one is quiet or ``budget_s`` is spent; the time spent."""
     started = time.perf_counter()
+    window_s = host.quiet_window_s if host is not None else 0.5
     while time.perf_counter() - started < budget_s:
-        host.probe.start()
-        await asyncio.sleep(host.quiet_window_s)
-        if not host.probe.stop().disturbed(host.limit):
+        if host is not None:
+            host.probe.start()
+        await asyncio.sleep(window_s)
+        host_quiet = host is None or not host.probe.stop().disturbed(host.limit)
+        if host_quiet and (gpu is None or gpu.probe.quiet(gpu.limits)):
             break
     return time.perf_counter() - started
 
@@ -327,14 +358,15 @@ async def run_workload(
     host: HostGuard | None = None,
     marks: RoundMarks | None = None,
     metrics: MetricsWatch | None = None,
+    gpu: GpuGuard | None = None,
 ) -> WorkloadResult:
     """Warm up, then up to ``workload.repeats`` rounds over every prompt with ``concurrency`` in flight.
 
     Unless the workload reuses the prefix cache, the cache is flushed before every measured round so
     no round benefits from the previous one (or from the warm-up). ``on_round``, when given, sees the
     result so far after each round (without the server's acceptance, read once at the end) and
-    stops the loop by returning True; without it every round runs. ``host``: see the module docstring; ``marks``: see
-    :class:`RoundMarks`; ``metrics``: read the server's ``/metrics`` around every round
+    stops the loop by returning True; without it every round runs. ``host`` and ``gpu``: see the module
+    docstring; ``marks``: see :class:`RoundMarks`; ``metrics``: read the server's ``/metrics`` around every round
     (`sglperf.measure.server_scrape`).
     """
     if concurrency < 1:
@@ -365,19 +397,24 @@ async def run_workload(
                 marks.begin(r)
             if host is not None:
                 host.probe.start()
+            if gpu is not None:
+                gpu.probe.start()
             batch = _bounded(limit, [job(p, f"{workload.id}/r{r}/{p.id}", r) for p in items])
             raws = await (scraper.around(batch) if scraper is not None else batch)
             load = host.probe.stop() if host is not None else None
+            gpu_round = gpu.probe.stop() if gpu is not None else None
             parsed = [session.parse(raw) for raw in raws]
-            stats = round_stats(r, [raw.exchange.sent_at for raw in raws], parsed, load)
+            stats = replace(round_stats(r, [raw.exchange.sent_at for raw in raws], parsed, load), gpu=gpu_round)
             r += 1
-            if host is not None and load is not None and load.disturbed(host.limit):
+            why = _disturbance(host, load, gpu, gpu_round)
+            if why is not None:
                 if scraper is not None:
                     scraper.forget_round()
-                dropped.append(stats)
+                dropped.append(replace(stats, dropped_because=why))
                 if len(dropped) > workload.repeats:
-                    raise HostBusyError(_host_busy(base_url, workload, host, dropped))
-                waited_s += await _wait_for_quiet(host, host.quiet_wait_s - waited_s)
+                    raise _disturbed_error(base_url, workload, host, gpu, dropped)
+                quiet_wait_s = host.quiet_wait_s if host is not None else gpu.quiet_wait_s if gpu else 0.0
+                waited_s += await _wait_for_quiet(host, gpu, quiet_wait_s - waited_s)
                 continue
             samples += parsed
             rounds.append(replace(stats, server=scraper.take_round()) if scraper is not None else stats)
@@ -406,6 +443,37 @@ async def run_workload(
     if scraper is not None:
         result = replace(result, server_scrapes=scraper.scrapes, metrics_note=scraper.problem)
     return replace(result, dropped_rounds=tuple(dropped))
+
+
+def _disturbance(
+    host: HostGuard | None, load: HostLoad | None, gpu: GpuGuard | None, gpu_round: GpuRound | None
+) -> str | None:
+    """Why a round is dropped ("host: ..." / "GPU: ..."), or None to keep it."""
+    reasons = []
+    if host is not None and load is not None and load.disturbed(host.limit):
+        reasons.append(f"{HOST_CAUSE}: {load.describe()}")
+    if gpu is not None and gpu_round is not None and (line := gpu_round.disturbance(gpu.limits)):
+        reasons.append(f"{GPU_CAUSE}: {line}")
+    return "; ".join(reasons) or None
+
+
+def _disturbed_error(
+    base_url: str, workload: Workload, host: HostGuard | None, gpu: GpuGuard | None, dropped: Sequence[RoundStats]
+) -> MeterError:
+    """The error for a measurement whose host or GPUs stayed disturbed: the GPU's when any round was its."""
+    by_gpu = [s for s in dropped if s.dropped_because and GPU_CAUSE + ":" in s.dropped_because]
+    if not by_gpu or (host is not None and len(by_gpu) * 2 < len(dropped)):
+        assert host is not None
+        return HostBusyError(_host_busy(base_url, workload, host, dropped))
+    assert gpu is not None
+    worst = max(by_gpu, key=lambda s: s.gpu.severity(gpu.limits) if s.gpu else (0.0, 0))
+    line = worst.dropped_because or ""
+    return GpuDisturbedError(
+        f"{base_url} {workload.id}: the GPU stayed disturbed: {len(dropped)} rounds dropped, {len(by_gpu)} of them "
+        f"by the GPU (worst: {line.split(GPU_CAUSE + ': ', 1)[-1]}); its numbers would measure that, not SGLang: "
+        "let the GPU cool or stop the other process, or raise --max-gpu-throttle (runner max_gpu_throttle), "
+        "or list the process in the runner's gpu_ignore_processes"
+    )
 
 
 def _host_busy(base_url: str, workload: Workload, host: HostGuard, dropped: Sequence[RoundStats]) -> str:
@@ -478,6 +546,7 @@ def measure(
     host: HostGuard | None = None,
     marks: RoundMarks | None = None,
     metrics: MetricsWatch | None = None,
+    gpu: GpuGuard | None = None,
 ) -> WorkloadResult:
     """Synchronous :func:`run_workload` (runs its own event loop)."""
     with _ctrl_c_at_once():
@@ -495,6 +564,7 @@ def measure(
                 host=host,
                 marks=marks,
                 metrics=metrics,
+                gpu=gpu,
             )
         )
 

@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from sglperf.model.gpu_telemetry import GpuRound
 from sglperf.model.host_load import HostLoad
 from sglperf.model.metrics import METRIC_NAMES, METRICS
 
@@ -52,6 +53,10 @@ class MeterError(RuntimeError):
 
 class HostBusyError(MeterError):
     """The machine stayed busy with other work: more rounds than the workload's repeats were disturbed."""
+
+
+class GpuDisturbedError(MeterError):
+    """A GPU kept throttling or running another process: more rounds than the workload's repeats dropped."""
 
 
 @dataclass(frozen=True)
@@ -137,6 +142,8 @@ class RoundStats:
     wall_s: float  # first request's send to the last token-carrying chunk of any request
     host: HostLoad | None = None  # what the rest of the machine took meanwhile, when counted
     server: Mapping[str, float] | None = None  # the server's own metrics over the round, when read
+    gpu: GpuRound | None = None  # the server's GPUs over the round, when sampled
+    dropped_because: str | None = None  # a dropped round: "host: ..." and/or "GPU: ..."
 
 
 def round_stats(

@@ -79,6 +79,14 @@ GPU_PROFILE_FIELDS = ("gpu_count", "gpu_name", "compute_capability", "memory_gib
 CpuKernel = Literal["sgl-kernel", "torch-native"]
 
 
+GPU_MEASUREMENT_FIELDS = ("sm_count", "max_gpu_throttle", "gpu_ignore_processes")  # GPU runners only
+# Runner fields about measuring, not about what preflight simulates: kept out of the probe profile, so
+# tuning them leaves cached resolutions valid.
+MEASUREMENT_ONLY_FIELDS = frozenset(
+    {"memory_bandwidth_gbs", "max_host_load", "thresholds", "max_gpu_throttle", "gpu_ignore_processes", "gpu_telemetry"}
+)
+
+
 class RunnerProfile(_Strict):
     """The machine a deployment runs on: its GPUs (``device = "cuda"``, the default), or no GPU at all
     (``device = "cpu"``: a real SGLang server on this CPU, ``--device cpu``; no GPU field is allowed)."""
@@ -96,6 +104,14 @@ class RunnerProfile(_Strict):
     # Share of this machine's CPU other processes may take during a measured round before it is run
     # again (sglperf.model.host_load); default DEFAULT_MAX_HOST_LOAD, --max-host-load overrides.
     max_host_load: float | None = Field(default=None, gt=0, le=1)
+    # The GPUs' side of it (sglperf.model.gpu_telemetry): a round during which a GPU ran clock-limited by
+    # temperature or power for more than this share of its samples (default DEFAULT_MAX_GPU_THROTTLE; 1
+    # never drops; --max-gpu-throttle overrides), or ran a process that is not the server's (unless its
+    # name is in gpu_ignore_processes, e.g. a desktop's "Xorg"), is run again. gpu_telemetry = false (or
+    # --no-gpu-telemetry) reads no GPU telemetry at all.
+    max_gpu_throttle: float | None = Field(default=None, gt=0, le=1)
+    gpu_ignore_processes: list[str] = Field(default_factory=list)
+    gpu_telemetry: bool = True
     # Regression floors for every workload measured on this runner, its users' own included (a
     # workload's own thresholds win): how far timings move between two unchanged runs is the
     # machine's property, not the workload's.
@@ -114,7 +130,7 @@ class RunnerProfile(_Strict):
         if not isinstance(data, dict):
             return data
         if data.get("device", "cuda") == "cpu":
-            gpu = [f for f in (*GPU_PROFILE_FIELDS, "sm_count") if f in data]
+            gpu = [f for f in (*GPU_PROFILE_FIELDS, *GPU_MEASUREMENT_FIELDS) if f in data]
             if gpu:
                 raise ValueError(f'a CPU runner (device = "cpu") has no GPUs: remove {", ".join(gpu)}')
             return data
@@ -149,7 +165,7 @@ class RunnerProfile(_Strict):
         return self.cpu_kernel or "sgl-kernel"
 
     def as_probe_profile(self) -> dict[str, Any]:
-        return self.model_dump(exclude_none=True, exclude={"memory_bandwidth_gbs", "max_host_load", "thresholds"})
+        return self.model_dump(exclude_none=True, exclude=set(MEASUREMENT_ONLY_FIELDS))
 
 
 class Speculative(_Strict):

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from sglperf.model.batch_evidence import BatchEvidence
 from sglperf.model.files import SAFE_NAME_PATTERN
+from sglperf.model.gpu_telemetry import GpuTelemetrySummary
 from sglperf.model.host_load import HostLoadSummary
 from sglperf.model.metrics import MetricOutcome
 from sglperf.model.server_metrics import ServerMetricsRecord
@@ -134,6 +135,8 @@ class MeasurementRecord(BaseModel):
     roofline_note: str | None = None  # why there is no roofline
     host: HostLoadSummary | None = None  # None where it was not counted (host_note says why)
     host_note: str | None = None
+    gpu: GpuTelemetrySummary | None = None  # None where it was not read (gpu_note says why; CPU runners: no GPU)
+    gpu_note: str | None = None
     batches: BatchEvidence | None = None  # what the server's batch log lines say the rounds ran
     server_metrics: ServerMetricsRecord | None = None  # the server's /metrics per measured round
     server_metrics_note: str | None = None  # why they are missing or stopped

@@ -21,6 +21,7 @@ import pytest
 from sglperf.history import HISTORY_ENV
 from sglperf.history.results_folder import RunStamp
 from sglperf.model.files import SAFE_NAME_PATTERN, writable_folder_problem
+from sglperf.model.gpu_telemetry import DEFAULT_MAX_GPU_THROTTLE
 from sglperf.model.host_load import DEFAULT_MAX_HOST_LOAD
 from sglperf.model.progress import Progress
 from sglperf.plugin.items import DeploymentFile
@@ -121,6 +122,28 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         f"{DEFAULT_MAX_HOST_LOAD:g}; 1 never drops)",
     )
     add(
+        "--quiet-wait",
+        type=_seconds,
+        default=60.0,
+        metavar="SECONDS",
+        help="how long one measurement waits, in all, for a quiet host and GPU after dropping a disturbed round "
+        "(default 60)",
+    )
+    add(
+        "--max-gpu-throttle",
+        type=_share,
+        metavar="SHARE",
+        help="drop and run again a measured round during which a GPU ran clock-limited by temperature or power "
+        "for more than this share of it (default: the runner profile's max_gpu_throttle, else "
+        f"{DEFAULT_MAX_GPU_THROTTLE:g}; 1 never drops for throttling)",
+    )
+    add(
+        "--no-gpu-telemetry",
+        action="store_true",
+        help="read no GPU telemetry (NVML) during measured rounds: no round is dropped for a throttling GPU or a "
+        "foreign GPU process",
+    )
+    add(
         "--history-store",
         metavar="PATH|URL|off",
         help=f"run-history store this run is recorded in and drift is read from: an SQLite file, a postgresql:// URL, "
@@ -137,6 +160,16 @@ def _share(text: str) -> float:
         value = -1.0
     if not 0.0 < value <= 1.0:
         raise argparse.ArgumentTypeError(f"{text!r} is not a share of the CPU between 0 (excluded) and 1")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value < 86_400:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds between 0 and 86400")
     return value
 
 
@@ -210,6 +243,9 @@ def pytest_configure(config: pytest.Config) -> None:
         attach_url=config.getoption("sglang_url") or os.environ.get(ATTACH_URL_ENV) or None,
         attach_gpus=config.getoption("sglang_url_gpus"),
         max_host_load=config.getoption("max_host_load"),
+        max_gpu_throttle=config.getoption("max_gpu_throttle"),
+        host_quiet_wait_s=config.getoption("quiet_wait"),
+        gpu_telemetry=not config.getoption("no_gpu_telemetry"),
         run=_run_stamp(config),
     )
     config.stash[LIVE_KEY] = LiveSession(options, config.stash[PREFLIGHT_KEY], progress)

@@ -28,6 +28,7 @@ from sglperf.measure.server_scrape import MetricsWatch
 from sglperf.model.batch_evidence import BatchEvidence
 from sglperf.model.deployment import Deployment, Variant, Workload
 from sglperf.model.files import os_problem, read_input, strict_json, write_text_atomic
+from sglperf.model.gpu_telemetry import DEFAULT_MAX_GPU_THROTTLE, GpuLimits, GpuTelemetrySummary
 from sglperf.model.hardware import memory_bandwidth
 from sglperf.model.host_load import DEFAULT_MAX_HOST_LOAD, HostLoadSummary
 from sglperf.model.measurement import BaselineStatus, MeasurementRecord, Provenance, Roofline, Rounds
@@ -36,7 +37,7 @@ from sglperf.model.resolution import ModelFacts
 from sglperf.model.server_facts import ServerFacts
 from sglperf.model.server_metrics import ServerMetricsRecord
 from sglperf.model.verdict import Verdict
-from sglperf.runtime import gpus, host_probe, provenance, server, server_info
+from sglperf.runtime import gpu_telemetry, gpus, host_probe, provenance, server, server_info
 from sglperf.runtime.attach import AttachedServer, AttachError, DeclaredGpus, attached_profile_problems, read_attached
 from sglperf.runtime.log_windows import RoundLogWindows
 from sglperf.session.handles import ServerHandle, VariantRef
@@ -69,7 +70,10 @@ class LiveOptions:
     attach_gpus: str | None = None  # the attached server's GPUs as its operator declares them (COUNTxNAME)
     max_host_load: float | None = None  # share of this machine's CPU others may take in a round; None:
     # the runner profile's max_host_load, else DEFAULT_MAX_HOST_LOAD
-    host_quiet_wait_s: float = 60.0  # per measurement, for a quiet moment after a dropped round
+    host_quiet_wait_s: float = 60.0  # per measurement, for a quiet host and GPU after a dropped round
+    max_gpu_throttle: float | None = None  # share of a round a GPU may run throttled; None: the runner's, else
+    # DEFAULT_MAX_GPU_THROTTLE
+    gpu_telemetry: bool = True  # False: no GPU telemetry (--no-gpu-telemetry)
 
 
 class LiveSkip(Exception):
@@ -417,20 +421,26 @@ class LiveSession:
         )
         limit = self.options.max_host_load or deployment.runner.max_host_load or DEFAULT_MAX_HOST_LOAD
         guard, host_note = self._host_guard(running, limit)
+        gpu_guard, gpu_note = self._gpu_guard(running)
         windows = None if isinstance(running.server, AttachedServer) else RoundLogWindows(running.server.spec.log_path)
         watch = self._metrics_watch(running)
-        result = meter.measure(
-            running.server.base_url,
-            workload,
-            prompts,
-            api_key=running.server.spec.api_key,
-            concurrency=concurrency,
-            chunk_timeout_s=workload.stall_timeout_s,
-            on_round=on_round if plan else None,
-            host=guard,
-            marks=windows,
-            metrics=watch,
-        )
+        try:
+            result = meter.measure(
+                running.server.base_url,
+                workload,
+                prompts,
+                api_key=running.server.spec.api_key,
+                concurrency=concurrency,
+                chunk_timeout_s=workload.stall_timeout_s,
+                on_round=on_round if plan else None,
+                host=guard,
+                marks=windows,
+                metrics=watch,
+                gpu=gpu_guard,
+            )
+        finally:
+            if gpu_guard is not None:
+                gpu_guard.probe.close()
         server_rounds = [r.server for r in result.rounds if r.server is not None]
         server_metrics = ServerMetricsRecord.of(server_rounds, result.server_scrapes) if server_rounds else None
         metrics_note = running.server_metrics or (
@@ -440,8 +450,22 @@ class LiveSession:
         host = HostLoadSummary.of(
             limit,
             [r.host for r in result.rounds if r.host],
-            [r.host for r in result.dropped_rounds if r.host],
+            [r.host for r in result.dropped_rounds if r.host and r.host.disturbed(limit)],
         )
+        gpu_summary = (
+            GpuTelemetrySummary.of(
+                gpu_guard.limits,
+                [r.gpu for r in result.rounds if r.gpu],
+                [
+                    (r.gpu, r.dropped_because or "")
+                    for r in result.dropped_rounds
+                    if r.gpu and r.gpu.disturbance(gpu_guard.limits)
+                ],
+            )
+            if gpu_guard is not None
+            else None
+        )
+        gpu_notes = sorted({r.gpu.note for r in result.rounds if r.gpu and r.gpu.note})
         samples = regression.round_samples(result)
         used = len(result.rounds)
         if plan is None:
@@ -479,6 +503,9 @@ class LiveSession:
             notes[:0] = [CPU_NOTE, *running.server_notes]
         if host is not None and (dropped := host.note()):
             notes.append(dropped)
+        if gpu_summary is not None and (dropped := gpu_summary.note()):
+            notes.append(dropped)
+        notes += gpu_notes
         record = MeasurementRecord(
             key=key,
             run_id=self.options.run.run_id if self.options.run else None,
@@ -506,6 +533,8 @@ class LiveSession:
             batches=batches,
             server_metrics=server_metrics,
             server_metrics_note=metrics_note,
+            gpu=gpu_summary,
+            gpu_note=gpu_note,
             skip_reason=verdict.skip_reason,
         )
         out = self.options.results_dir / "measurements" / f"{key}.json"
@@ -543,6 +572,30 @@ class LiveSession:
         for series in metrics_catalogue.missing_watched(definitions):
             say_once(self.progress, f"SGLang {running.facts.version} defines no metric for {series}: not watched")
         return MetricsWatch(metrics_catalogue.watched_counters(definitions))
+
+    def _gpu_guard(self, running: RunningVariant) -> tuple[meter.GpuGuard | None, str | None]:
+        """GPU telemetry for a measurement (its probe is the caller's to close), or (None, why not)."""
+        runner = running.deployment.runner
+        if runner.is_cpu:
+            return None, None
+        if isinstance(running.server, AttachedServer):
+            return None, "GPU telemetry not read: the server is attached, its GPUs are not known to be this machine's"
+        if not (self.options.gpu_telemetry and runner.gpu_telemetry):
+            return None, "GPU telemetry off (--no-gpu-telemetry, or the runner's gpu_telemetry = false)"
+        # NVML indices differ from CUDA's unless both order by PCI bus: GPUs are named by UUID where known.
+        leased = set(running.lease.indices) if running.lease else set()
+        uuids = [g.uuid for g in running.inventory.gpus if g.index in leased and g.uuid]
+        try:
+            probe = gpu_telemetry.open_probe(uuids if running.inventory.source == "nvml" and uuids else None)
+        except gpu_telemetry.NvmlUnusable as exc:
+            note = f"GPU telemetry not read: {exc}"
+            say_once(self.progress, note)
+            return None, note
+        limits = GpuLimits(
+            max_throttle=self.options.max_gpu_throttle or runner.max_gpu_throttle or DEFAULT_MAX_GPU_THROTTLE,
+            ignore_processes=tuple(runner.gpu_ignore_processes),
+        )
+        return meter.GpuGuard(probe, limits, self.options.host_quiet_wait_s), None
 
     def _host_guard(self, running: RunningVariant, limit: float) -> tuple[meter.HostGuard | None, str | None]:
         """The busy-host check for a measurement, or (None, why it is not made)."""
