@@ -22,7 +22,9 @@ from pathlib import Path
 import psutil
 import pytest
 
+from sglperf.baselines import store
 from sglperf.judge import batch_evidence, live_evidence
+from sglperf.measure.prompts import load_prompts
 from sglperf.measure.samples import HostBusyError
 from sglperf.model.deployment import Deployment, load
 from sglperf.model.intent_names import DECODE_CUDA_GRAPH, OVERLAP_SCHEDULE
@@ -184,6 +186,18 @@ def test_baseline_recorded_then_compared_as_cpu_numbers(plain: Plain) -> None:
         compared.batches
     )
     assert compared.batches.graph_label == "cpu graph" and not compared.problems
+    # The real server's /metrics was read around every measured round (the launch turned it on).
+    assert "--enable-metrics" in plain.running.server.command and compared.server_metrics_note is None
+    metrics = compared.server_metrics
+    assert metrics is not None and metrics.scrapes >= 2 * (compared.rounds.used if compared.rounds else 0)
+    prompts = len(load_prompts(plain.deployment.path.parent / workload.prompts).prompts[: workload.max_prompts])
+    rounds = len(metrics.series["sglang:num_requests_total"])
+    assert metrics.series["sglang:num_requests_total"] == [prompts] * rounds
+    assert metrics.series["sglang:generation_tokens_total"] == [prompts * workload.output_len] * rounds
+    assert metrics.series["sglang:num_retracted_requests_total"] == [0.0] * rounds  # defined, never printed
+    assert max(metrics.series["sglang:num_running_reqs:max"]) <= 1  # concurrency 1
+    stored = store.load(path).entries[store.entry_key(workload.id, 1)].server
+    assert set(stored) >= {"sglang:num_retracted_requests_total", "sglang:num_queue_reqs:max"}
     # Expected on, the same real log fails the measurement, quoting SGLang's line.
     problems, _ = batch_evidence.judge(compared.batches, {DECODE_CUDA_GRAPH: True})
     assert len(problems) == 1 and "decode_cuda_graph expected on, but none of the" in problems[0]

@@ -22,6 +22,7 @@ from sglperf.model.metrics import METRICS
 
 # Metrics meaningless with random weights: what is accepted depends on the model's predictions.
 WEIGHT_DEPENDENT = ("accept_length",)
+SERVER_MOVED = "server metrics that moved since the baseline (SGLang's /metrics)"
 DUMMY_NOTE = "--load-format dummy (random weights): acceptance is meaningless and not compared"
 
 
@@ -140,10 +141,12 @@ def compare_to_baseline(
         verdict.not_compared(BaselineStatus.UNREADABLE, f"{path} {entry.key}: {exc}", "fail")
         return verdict
     split = split_decode_change(stored_entry.samples, entry.samples)
-    server = "; ".join(server_moves.moved_series(stored_entry.server, entry.server))
-    for c in verdict.regressions:
-        line = f"{c.message()}; {split}" if split and c.metric == "decode_tok_s" else c.message()
-        verdict.problems.append(f"{line}; server: {server}" if server else line)
+    verdict.problems += [
+        f"{c.message()}; {split}" if split and c.metric == "decode_tok_s" else c.message() for c in verdict.regressions
+    ]
+    moved = server_moves.moved_series(stored_entry.server, entry.server)
+    if verdict.regressions and moved:
+        verdict.problems.append(f"{SERVER_MOVED}: {'; '.join(moved)}")
     return verdict
 
 

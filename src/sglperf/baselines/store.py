@@ -25,6 +25,7 @@ SCHEMA_VERSION = 1
 # another server got 16.5% less. An upgrade that reserves memory elsewhere shrinks it too, and at
 # concurrency > 1 fewer requests may then fit.
 KV_POOL_NOTE_CHANGE = 0.05
+GPU_LIMIT_NOTE_CHANGE = 0.01  # power limits and clocks are set values, not measured ones
 SIGNIFICANT_DIGITS = 6
 
 
@@ -300,6 +301,12 @@ def context_notes(baseline: Baseline, entry: Entry, current: Provenance, prompt_
         change = current.kv_pool_tokens / b.kv_pool_tokens - 1
         if abs(change) > KV_POOL_NOTE_CHANGE:
             notes.append(f"KV cache pool {b.kv_pool_tokens:,} -> {current.kv_pool_tokens:,} tokens ({change:+.0%})")
+    for name, then, now, unit in (
+        ("GPU power limit", b.gpu_power_limit_w, current.gpu_power_limit_w, "W"),
+        ("GPU max SM clock", b.gpu_sm_clock_max_mhz, current.gpu_sm_clock_max_mhz, "MHz"),
+    ):
+        if then and now and abs(now / then - 1) > GPU_LIMIT_NOTE_CHANGE:
+            notes.append(f"{name} {then:.0f} -> {now:.0f} {unit} since the baseline")
     if entry.prompt_digest != prompt_digest:
         notes.append("prompt set changed since the baseline")
     if b.dummy_weights != current.dummy_weights:

@@ -28,6 +28,9 @@ import math
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator
 
 THERMAL_REASONS: dict[int, str] = {
     0x20: "sw thermal slowdown",
@@ -41,6 +44,14 @@ POWER_REASONS: dict[int, str] = {
 COUNTED_REASONS: dict[int, str] = {**THERMAL_REASONS, **POWER_REASONS}
 COUNTED_MASK = sum(COUNTED_REASONS)
 DEFAULT_MAX_GPU_THROTTLE = 0.10  # share of a round's samples with a thermal/power reason active
+
+
+def _null_is_nan(value: Any) -> Any:
+    return math.nan if value is None else value
+
+
+# A reading NVML may not report (NaN), written to JSON as null (`model.files.strict_json`) and read back.
+Reading = Annotated[float, BeforeValidator(_null_is_nan)]
 
 
 def _known(values: Iterable[float]) -> list[float]:
@@ -196,12 +207,12 @@ class GpuTelemetrySummary:
 
     limits_max_throttle: float
     rounds: int  # measured (kept) rounds
-    sm_clock_mhz: float  # median over kept rounds of the slowest GPU's median
-    sm_clock_max_mhz: float  # lowest over the GPUs
-    temperature_c: float  # max over kept rounds and GPUs
-    power_w: float  # max
-    power_limit_w: float  # lowest enforced limit
-    throttle_share: float  # max over kept rounds and GPUs
+    sm_clock_mhz: Reading  # median over kept rounds of the slowest GPU's median
+    sm_clock_max_mhz: Reading  # lowest over the GPUs
+    temperature_c: Reading  # max over kept rounds and GPUs
+    power_w: Reading  # max
+    power_limit_w: Reading  # lowest enforced limit
+    throttle_share: Reading  # max over kept rounds and GPUs
     dropped_rounds: int
     worst_dropped: str = ""  # GpuRound.disturbance() of the worst dropped round
 

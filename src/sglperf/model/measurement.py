@@ -41,6 +41,10 @@ class Provenance(_Strict):
     launch_command: str
     dummy_weights: bool = False
     kv_pool_tokens: int | None = None  # the KV cache pool SGLang sized at start; None: not served
+    # The GPUs' enforced power limit and top SM clock (NVML, lowest over the server's GPUs): an
+    # administrator's `nvidia-smi -pl` since the baseline explains a change. None: not read.
+    gpu_power_limit_w: float | None = None
+    gpu_sm_clock_max_mhz: float | None = None
 
 
 class SampleSummary(_Strict):
@@ -162,6 +166,7 @@ class MeasurementRecord(BaseModel):
             rounds_budget=self.rounds.budget if self.rounds else None,
             host_share=self.host.median_share if self.host else None,
             dropped_rounds=self.host.dropped_rounds if self.host else 0,
+            gpu_dropped_rounds=self.gpu.dropped_rounds if self.gpu else 0,
         )
 
 
@@ -180,3 +185,4 @@ class MeasurementRow(BaseModel):
     rounds_budget: int | None = None
     host_share: float | None = None  # median share of the machine's CPU others took during the rounds
     dropped_rounds: int = 0  # rounds run again because the host was busy
+    gpu_dropped_rounds: int = 0  # rounds run again because a GPU throttled or ran another process

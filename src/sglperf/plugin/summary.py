@@ -86,4 +86,6 @@ def summary_line(row: MeasurementRow) -> str:
     host = f"{row.host_share:.0%}" if row.host_share is not None and not math.isnan(row.host_share) else "-"
     if row.dropped_rounds:
         verdict += f"; {row.dropped_rounds} round(s) run again: host busy"
+    if row.gpu_dropped_rounds:
+        verdict += f"; {row.gpu_dropped_rounds} round(s) run again: GPU disturbed"
     return f"{row.key:44} {' '.join(cells)} {rounds:>6} {host:>5}  {verdict}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from sglperf.history.ingest import stored_run
 from sglperf.history.results_folder import RunResults, collect
 from sglperf.model.measurement import MeasurementRecord
 from sglperf.reporting import history, plots
+from sglperf.sglang.metrics_catalogue import WATCHED
 
 REPORT_NAME = "report.md"
 
@@ -40,6 +42,24 @@ def _host_line(m: MeasurementRecord) -> str | None:
     if h.dropped_rounds:
         line += f"; **{h.dropped_rounds} round(s) run again**, the busiest: {h.worst_dropped}"
     return line
+
+
+def _gpu_line(m: MeasurementRecord) -> str | None:
+    g = m.gpu
+    if g is None:
+        return f"GPU: {m.gpu_note}" if m.gpu_note else None
+    line = f"GPU (NVML, measured rounds): {g.describe()}"
+    if g.dropped_rounds:
+        line += f"; **{g.dropped_rounds} round(s) run again**, the worst: {g.worst_dropped}"
+    return line
+
+
+def _server_metrics_line(m: MeasurementRecord) -> str | None:
+    s = m.server_metrics
+    if s is None:
+        return f"Server metrics: {m.server_metrics_note}" if m.server_metrics_note else None
+    shown = [f"{w.label} {statistics.median(s.series[w.series]):.3g}" for w in WATCHED if s.series.get(w.series)]
+    return f"Server metrics (SGLang's /metrics, {s.scrapes} readings; median over rounds): " + ", ".join(shown)
 
 
 def _roofline_line(m: MeasurementRecord) -> str | None:
@@ -129,7 +149,14 @@ def markdown(
                 lines += [not_checked, ""]
             if m.key in past.streaks:
                 lines += [f"**Failing since**: {past.streaks[m.key].message()}", ""]
-            described = (_rounds_line(m), _host_line(m), _batches_line(m), _roofline_line(m))
+            described = (
+                _rounds_line(m),
+                _host_line(m),
+                _gpu_line(m),
+                _server_metrics_line(m),
+                _batches_line(m),
+                _roofline_line(m),
+            )
             lines += [line + "\n" for line in described if line]
             comparisons = {c.metric: c for c in m.comparisons}
             lines += ["| metric | baseline | current | delta | threshold | verdict |", "|---|---:|---:|---:|---:|---|"]

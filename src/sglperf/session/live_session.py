@@ -6,6 +6,7 @@ The pytest plugin only maps items onto these objects, so the same run can be dri
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -466,6 +467,8 @@ class LiveSession:
             else None
         )
         gpu_notes = sorted({r.gpu.note for r in result.rounds if r.gpu and r.gpu.note})
+        if gpu_summary is not None:
+            prov = prov.model_copy(update=_gpu_limits(gpu_summary))
         samples = regression.round_samples(result)
         used = len(result.rounds)
         if plan is None:
@@ -733,6 +736,12 @@ def _with_decode_log_interval(
     per_step = max(spec.num_draft_tokens, spec.num_steps + 1) if spec else 1
     interval = batch_log.decode_log_interval_for(min(w.output_len for w in deployment.workloads), per_step)
     return replace(launch, argv=(*launch.argv, flag, str(interval))), interval
+
+
+def _gpu_limits(summary: GpuTelemetrySummary) -> dict[str, float]:
+    """The provenance fields a GPU summary fills (those NVML reported)."""
+    limits = {"gpu_power_limit_w": summary.power_limit_w, "gpu_sm_clock_max_mhz": summary.sm_clock_max_mhz}
+    return {field: value for field, value in limits.items() if math.isfinite(value)}
 
 
 def _with_server_metrics(
