@@ -376,9 +376,9 @@ class NvmlRoundProbe:
 def open_probe(uuids: Sequence[str] | None, interval_s: float = DEFAULT_INTERVAL_S) -> NvmlRoundProbe:
     """nvmlInit, and a probe on the GPUs with these UUIDs (None: every GPU). NvmlUnusable, with one line,
     when NVML cannot watch them: the binding not installed, no driver, a UUID not found, any NVML error."""
-    from sglperf.runtime.gpus import _import_pynvml
+    from sglperf.runtime.gpus import import_pynvml
 
-    nvml = _import_pynvml()
+    nvml = import_pynvml()
     if nvml is None:
         raise NvmlUnusable("GPU telemetry unavailable: nvidia-ml-py (pynvml) is not installed")
     try:

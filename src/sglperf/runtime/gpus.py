@@ -125,7 +125,8 @@ def _cuda_visible(gpus: Sequence[GPU]) -> list[GPU]:
     return visible
 
 
-def _import_pynvml() -> ModuleType | None:
+def import_pynvml() -> ModuleType | None:
+    """The NVML binding (nvidia-ml-py), or None when it is not installed; the driver library loads later."""
     try:
         import pynvml  # from the nvidia-ml-py package
     except ImportError:
@@ -140,7 +141,7 @@ def _text(value: str | bytes) -> str:
 
 
 def _from_nvml() -> list[GPU] | None:
-    nvml = _import_pynvml()
+    nvml = import_pynvml()
     if nvml is None:
         return None
     try:
@@ -469,7 +470,7 @@ def gpu_memory_used_by(pids: Iterable[int], indices: Iterable[int]) -> dict[int,
     Pass every process of a server (``psutil.Process.children(recursive=True)``, collected while it
     ran): SGLang's TP workers, not its launcher, hold the memory.
     """
-    nvml = _import_pynvml()
+    nvml = import_pynvml()
     if nvml is None:
         raise NvmlUnavailable("nvidia-ml-py (pynvml) is not installed")
     wanted = set(pids)

@@ -458,9 +458,9 @@ class LiveSession:
                 gpu_guard.limits,
                 [r.gpu for r in result.rounds if r.gpu],
                 [
-                    (r.gpu, r.dropped_because or "")
+                    (r.gpu, line)
                     for r in result.dropped_rounds
-                    if r.gpu and r.gpu.disturbance(gpu_guard.limits)
+                    if r.gpu and (line := r.gpu.disturbance(gpu_guard.limits))
                 ],
             )
             if gpu_guard is not None
