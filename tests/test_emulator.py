@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -18,11 +19,19 @@ import httpx
 import numpy as np
 import openai
 import pytest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
 
 from sglperf.runtime.server import free_port
-from sglperf.testing.emulator.config import CONFIG_ENV, EFFECTIVE_ENV, EmulatorConfig
+from sglperf.testing.emulator.config import CONFIG_ENV, EFFECTIVE_ENV, ConfigError, EmulatorConfig
 from sglperf.testing.emulator.console import READY_LINE
-from sglperf.testing.emulator.timing import chunk_plan, expected_accept_length, expected_decode_tok_s, plan_request
+from sglperf.testing.emulator.timing import (
+    chunk_plan,
+    expected_accept_length,
+    expected_decode_tok_s,
+    plan_request,
+    prompt_tokens_of_text,
+)
 
 pytestmark = pytest.mark.selftest
 
@@ -167,6 +176,35 @@ def test_plan_is_reproducible_and_matches_expectation() -> None:
     assert 11 in [c.end for c in chunks] and chunks[-1].verify_ct == plan.verify_steps
 
 
+def test_retraction_leaves_a_gap_in_the_plan() -> None:
+    config = EmulatorConfig(noise_cv=0.02, decode_step_s=0.01, retract_fraction=1.0, retract_pause_s=0.3)
+    plain = plan_request(
+        dataclasses.replace(config, retract_fraction=0.0), None, 100, 50, np.random.default_rng([7, 3])
+    )
+    plan = plan_request(config, None, 100, 50, np.random.default_rng([7, 3]))
+    after = plan.retract_after
+    assert after is not None and plain.retract_after is None and plan.retract_tokens == after + 1
+    # Drawn after the steps: the same steps, every one after the retraction later by its gap.
+    assert plan.passes[: after + 1] == plain.passes[: after + 1]
+    gap = 0.3 + config.prefill_s_per_token * (100 + after + 1)  # the pause, then the re-prefill
+    assert plan.retract_s == pytest.approx(gap)
+    for p, q in zip(plan.passes[after + 1 :], plain.passes[after + 1 :], strict=True):
+        assert p.tokens == q.tokens and p.at_s == pytest.approx(q.at_s + gap)
+    at = plan.passes[after].at_s
+    assert not plan.waiting(at - 0.001) and plan.waiting(at) and plan.waiting(at + 0.29) and not plan.waiting(at + 0.3)
+    # The tokens before the retraction go out before its gap, whatever the stream interval.
+    assert any(c.end == plan.retract_tokens and c.at_s == at for c in chunk_plan(plan, 7))
+    # A share of requests, the same ones on every run; a request without a decode step is never retracted.
+    half = dataclasses.replace(config, retract_fraction=0.5)
+    drawn = [plan_request(half, None, 10, 20, np.random.default_rng([0, i])).retract_after for i in range(400)]
+    assert drawn == [plan_request(half, None, 10, 20, np.random.default_rng([0, i])).retract_after for i in range(400)]
+    assert 150 < sum(a is not None for a in drawn) < 250
+    assert plan_request(config, None, 10, 1, np.random.default_rng(0)).retract_after is None
+    for bad in ({"retract_fraction": 1.5}, {"retract_fraction": -0.1}, {"retract_pause_s": -1.0}):
+        with pytest.raises(ConfigError):
+            EmulatorConfig(**bad)
+
+
 def test_unknown_config_key_exits_2_naming_it() -> None:
     env = {**os.environ, CONFIG_ENV: json.dumps({"decode_step": 0.01})}
     done = subprocess.run(
@@ -305,6 +343,133 @@ def test_generate_stream_speculative(spawn: Callable[..., Emulator]) -> None:
     assert "sglang:spec_accept_length" in metrics and "sglang:num_requests_total" in metrics
     assert whole["meta_info"]["completion_tokens"] == 30 and len(whole["output_ids"]) == 30
     assert whole["meta_info"]["spec_accept_length"] == pytest.approx(30 / whole["meta_info"]["spec_verify_ct"])
+
+
+def scrape(client: httpx.Client) -> dict[str, Metric]:
+    """The /metrics families by name (a counter's without ``_total``), as the suite parses them."""
+    response = client.get("/metrics")
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/plain")
+    return {f.name: f for f in text_string_to_metric_families(response.text)}
+
+
+def value(families: dict[str, Metric], sample: str, **labels: str) -> float | None:
+    """The sample's value (summed over the labels not given), or None when the server has none."""
+    found = [
+        s.value
+        for family in families.values()
+        for s in family.samples
+        if s.name == sample and labels.items() <= s.labels.items()
+    ]
+    return sum(found) if found else None
+
+
+SCHEDULER_LABELS = {"engine_type": "unified", "model_name": "tiny", "moe_ep_rank": "0", "pp_rank": "0", "tp_rank": "0"}
+SGLANG_E2E_BUCKETS = ["0.1", "0.2", "0.4", "0.6", "0.8", "1.0", "2.0", "4.0", "6.0", "8.0", "10.0", "20.0", "40.0"]
+SGLANG_E2E_BUCKETS += ["60.0", "80.0", "100.0", "200.0", "400.0", "600.0", "1200.0", "1800.0", "2400.0", "+Inf"]
+
+
+def test_metrics_count_what_was_served(spawn: Callable[..., Emulator]) -> None:
+    emu = spawn("--enable-metrics", "--served-model-name", "tiny", config={"decode_step_s": 0.002, "noise_cv": 0.0})
+    prompt = prompt_tokens_of_text(stream_body(1)["text"])
+    with emu.client() as c, emu.client() as other:
+        before = scrape(c)
+        # As in SGLang (prometheus multiprocess mode), a labelled counter is absent until it first moves.
+        assert "sglang:num_requests" not in before and "sglang:time_to_first_token_seconds" not in before
+        [running] = before["sglang:num_running_reqs"].samples
+        assert running.labels == SCHEDULER_LABELS and running.value == 0
+        assert before["sglang:num_running_reqs"].documentation == "The number of running requests."
+        sse(c, "/generate", stream_body(20))
+        assert c.post("/generate", json={"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 5}}).is_success
+        with c.stream("POST", "/generate", json=stream_body(400)) as response:
+            lines = response.iter_lines()  # kept: a dropped iterator closes the connection
+            next(lines)
+            during = scrape(other)
+        # Left before its end: the server aborts it once it finds the client gone.
+        deadline = time.monotonic() + 5
+        while value(after := scrape(c), "sglang:num_aborted_requests_total") is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+    assert value(during, "sglang:num_running_reqs") == 1 and value(during, "sglang:num_queue_reqs") == 0
+    assert 0 < value(during, "sglang:token_usage") < 1
+    assert value(after, "sglang:num_aborted_requests_total") == 1
+    family = after["sglang:num_requests"]
+    assert family.type == "counter" and family.documentation == "Number of requests processed."
+    for stream, prompt_tokens, generated in (("true", prompt, 20), ("false", 3, 5)):
+        assert value(after, "sglang:num_requests_total", is_streaming=stream) == 1  # the aborted one is not
+        assert value(after, "sglang:prompt_tokens_total", is_streaming=stream) == prompt_tokens
+        assert value(after, "sglang:generation_tokens_total", is_streaming=stream) == generated
+        assert value(after, "sglang:e2e_request_latency_seconds_count", is_streaming=stream) == 1
+    # TTFT is observed at the first token, so the aborted stream counts there.
+    assert value(after, "sglang:time_to_first_token_seconds_count", is_streaming="true") == 2
+    assert value(after, "sglang:time_to_first_token_seconds_bucket", le="0.1", is_streaming="true") == 2
+    e2e = after["sglang:e2e_request_latency_seconds"]
+    assert e2e.type == "histogram" and e2e.documentation == "Histogram of End-to-end request latency in seconds"
+    buckets = [s.labels["le"] for s in e2e.samples if s.name.endswith("_bucket") and s.labels["is_streaming"] == "true"]
+    assert buckets == SGLANG_E2E_BUCKETS
+    assert value(after, "sglang:num_running_reqs") == 0 and value(after, "sglang:token_usage") == 0
+    assert value(after, "sglang:cache_hit_rate") == 0 and value(after, "sglang:gen_throughput") > 0
+    [retracted] = after["sglang:num_retracted_reqs"].samples
+    assert retracted.value == 0 and retracted.labels == {**SCHEDULER_LABELS, "pid": str(emu.proc.pid)}
+    assert "sglang:num_retracted_requests" not in after
+
+
+def test_retraction_fault(spawn: Callable[..., Emulator]) -> None:
+    config = {"decode_step_s": 0.002, "noise_cv": 0.0, "retract_pause_s": 0.3}
+    plain = spawn("--enable-metrics", config=config, wait=False)
+    emu = spawn("--enable-metrics", config={**config, "retract_fraction": 1.0}, wait=False)
+    plain.wait_healthy()
+    emu.wait_healthy()
+    retracting = EmulatorConfig(**{**config, "retract_fraction": 1.0})
+    prompt = prompt_tokens_of_text(stream_body(1)["text"])
+    plans = [
+        plan_request(retracting, None, p, n, np.random.default_rng([0, i]))
+        for i, p, n in ((0, prompt, 40), (1, 3, 8), (2, prompt, 40))
+    ]
+    points = [p.retract_tokens for p in plans]
+    assert None not in points
+
+    def timed(emu: Emulator) -> tuple[float, list[tuple[float, dict[str, Any]]]]:
+        with emu.client() as c:
+            start = time.perf_counter()
+            chunks = native_chunks(sse(c, "/generate", stream_body(40)))
+        return time.perf_counter() - start, chunks
+
+    plain_s, _ = timed(plain)
+    slow_s, chunks = timed(emu)
+    # Slower by the pause (and the re-prefill's 0.1 ms per token): a gap right after the retraction point.
+    assert 0.25 < slow_s - plain_s < 0.6  # client-side times: some slack below
+    sent = [m["meta_info"]["completion_tokens"] for _, m in chunks]
+    at = sent.index(points[0])
+    assert chunks[at + 1][0] - chunks[at][0] >= 0.3
+    with emu.client() as c, emu.client() as other:
+        assert c.post("/generate", json={"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 8}}).is_success
+        with c.stream("POST", "/generate", json=stream_body(40)) as response:
+            for line in response.iter_lines():
+                if line.startswith("data: {") and json.loads(line[6:])["meta_info"]["completion_tokens"] == points[2]:
+                    paused = _scrape_retracted(other, 3)
+        after = scrape(c)
+    # While retracted the request waits in the queue, holding no KV.
+    assert value(paused, "sglang:num_queue_reqs") == 1 and value(paused, "sglang:num_running_reqs") == 0
+    assert value(paused, "sglang:token_usage") == 0
+    assert value(after, "sglang:num_retracted_requests_total") == 3
+    assert value(after, "sglang:num_retracted_input_tokens_total") == 2 * prompt + 3
+    assert value(after, "sglang:num_retracted_output_tokens_total") == sum(points)
+    assert value(after, "sglang:num_retracted_reqs") in (0, 1)  # retracted since the report before the last
+    assert after["sglang:num_retracted_requests"].documentation == "Total number of retracted requests."
+    lines = [ln for ln in emu.log().splitlines() if "KV cache pool is full. Retract requests." in ln]
+    assert len(lines) == 3
+    assert f"#retracted_reqs: 1, #new_tokens_gained: {prompt + points[0]}, #new_token_ratio: " in lines[0]
+    with plain.client() as c:
+        assert "sglang:num_retracted_requests" not in scrape(c)
+    assert "Retract requests" not in plain.log()
+
+
+def _scrape_retracted(client: httpx.Client, count: int) -> dict[str, Metric]:
+    """/metrics once it has counted ``count`` retractions (a moment after the token before the last is out)."""
+    deadline = time.monotonic() + 0.2
+    while value(families := scrape(client), "sglang:num_retracted_requests_total") != count:
+        assert time.monotonic() < deadline, "the retraction was not counted"
+        time.sleep(0.005)
+    return families
 
 
 def _decode_rate(chunks: list[tuple[float, dict[str, Any]]]) -> float:

@@ -23,14 +23,17 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
 
 from sglperf.measure import meter
 from sglperf.measure.prompts import load_prompts
 from sglperf.model.deployment import load
 from sglperf.session import LiveOptions, LiveSession, PreflightSession
-from sglperf.sglang import envs
+from sglperf.sglang import envs, metrics_catalogue
 from sglperf.sglang.batch_log import parse_batch_lines
 from sglperf.sglang.server_api import BENCH_SERVING_MODULES
+from sglperf.testing.emulator.metrics import FAMILIES
 
 from .cpu_tier import MARKER_ENV, ROOT, TINY_CPU, TINY_CPU_MTP, TINY_MODELS_ENV, cpu_setup, new_marker, restore_env
 
@@ -49,6 +52,11 @@ ALLOWED = {
     ("server_info", "args."): "the emulator serves the preflight's resolution (with --skip-tokenizer-init, on a "
     "folder holding config.json only), and a live server fills in fields at start-up; the live-vs-preflight "
     "drift item checks the fields intents read",
+}
+# /metrics label -> why the emulator's values may differ from the real server's.
+METRICS_VALUES_DIFFER = {
+    "model_name": "each side's served model name",
+    "pid": "the process id of the scheduler (a gauge in prometheus multiprocess mode 'all')",
 }
 # The internal_states fields the suite reads, compared whatever ALLOWED says about the rest.
 READ_STATE_FIELDS = ("memory_usage", "decode_cuda_graph_bs", "decode_cuda_graph_memory_gb", "last_gen_throughput")
@@ -197,6 +205,12 @@ def probe_all(base_url: str) -> dict[str, dict[str, set[str]]]:
 ALLOWED_TOP = ("emulated", "effective_source", "flush_count", "emulator_config")
 
 
+def scrape_metrics(base_url: str) -> str | None:
+    """``/metrics``, or None when the server does not serve it (launched without --enable-metrics)."""
+    response = httpx.get(base_url + "/metrics", timeout=60)
+    return response.text if response.status_code == 200 else None
+
+
 @dataclass
 class Sides:
     real: dict[str, dict[str, set[str]]]
@@ -207,6 +221,8 @@ class Sides:
     python: str
     real_log: Path
     emulator_log: Path
+    real_metrics: str | None  # /metrics after the probes; None: not served
+    emulator_metrics: str | None
 
 
 def _session(python: str, results: Path, emulator: bool) -> tuple[PreflightSession, LiveSession]:
@@ -235,15 +251,22 @@ def sides(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
         real = opened[0][1].running(deployment, variant)
         emulated = opened[1][1].running(deployment, variant)
         assert not real.facts.emulated and real.facts.device == "cpu" and emulated.facts.emulated
-        yield Sides(
-            probe_all(real.server.base_url),
+        real_probes, real_metrics = probe_all(real.server.base_url), scrape_metrics(real.server.base_url)
+        emulator_probes, emulator_metrics = (
             probe_all(emulated.server.base_url),
+            scrape_metrics(emulated.server.base_url),
+        )
+        yield Sides(
+            real_probes,
+            emulator_probes,
             real.server.base_url,
             emulated.server.base_url,
             models / deployment.model.served_path.rsplit("/", 1)[-1],
             python,
             real.server.spec.log_path,
             emulated.server.spec.log_path,
+            real_metrics,
+            emulator_metrics,
         )
     finally:
         for pre, live in opened:
@@ -286,6 +309,55 @@ def test_emulator_batch_lines_read_like_real_sglang(sides: Sides) -> None:
     real, emulated = fields(sides.real_log), fields(sides.emulator_log)
     assert set(real) == {"prefill", "decode"}, f"{sides.real_log}: {real}"
     assert emulated == real
+
+
+def _metric_problems(real: dict[str, Metric], emulated: dict[str, Metric]) -> list[str]:
+    def label_names(family: Metric) -> set[tuple[str, tuple[str, ...]]]:
+        return {(s.name, tuple(sorted(s.labels))) for s in family.samples}
+
+    def values(family: Metric, label: str) -> set[str]:
+        return {s.labels[label] for s in family.samples if label in s.labels}
+
+    problems = []
+    for name, family in sorted(emulated.items()):
+        other = real.get(name)
+        if other is None:
+            problems.append(f"{name}: not on the real server")
+            continue
+        if (family.type, family.documentation) != (other.type, other.documentation):
+            problems.append(
+                f"{name}: {family.type} {family.documentation!r}; real: {other.type} {other.documentation!r}"
+            )
+        if extra := label_names(family) - label_names(other):
+            problems.append(f"{name}: samples with label names the real server's lack: {sorted(extra)}")
+        for label in sorted({k for s in family.samples for k in s.labels} - set(METRICS_VALUES_DIFFER)):
+            mine, theirs = values(family, label), values(other, label)
+            # A histogram's buckets must be the same; other values the emulator has seen fewer of.
+            if not mine <= theirs or (label == "le" and mine != theirs):
+                problems.append(f"{name}: {label} values {sorted(mine)}; real: {sorted(theirs)}")
+    return problems
+
+
+def test_emulator_metrics_read_like_real_sglang(sides: Sides) -> None:
+    """``/metrics`` after the same probes: every family the emulator prints is on the real server with
+    the same type, HELP text and label names, its label values among the real server's (see
+    METRICS_VALUES_DIFFER); and every family the emulator can print (its table, with the retraction
+    counters no probe here moves) is of the kind and HELP text this release's own code defines."""
+    missing = [side for side, text in (("real", sides.real_metrics), ("emulator", sides.emulator_metrics)) if not text]
+    assert not missing, f"no /metrics from {', '.join(missing)}: the suite's launches pass --enable-metrics"
+    assert sides.real_metrics and sides.emulator_metrics
+    real = {f.name: f for f in text_string_to_metric_families(sides.real_metrics)}
+    emulated = {f.name: f for f in text_string_to_metric_families(sides.emulator_metrics)}
+    problems = _metric_problems(real, emulated)
+    definitions = metrics_catalogue.catalogue(sides.python)
+    for family in FAMILIES:
+        found = definitions.get(family.name)
+        if found is None or (found.kind, found.documentation) != (family.kind, family.documentation):
+            problems.append(f"{family.name}: emulated as {family.kind} {family.documentation!r}; SGLang: {found}")
+    # The rest of the real server's families (memory, startup, HTTP, per-stage timings, ...) the suite
+    # does not watch; they are counted here, not emulated.
+    print(f"/metrics: the emulator prints {len(emulated)} of the real server's {len(real)} families")
+    assert not problems, "/metrics: the emulator differs from real SGLang 0.5.23:\n" + "\n".join(problems)
 
 
 @pytest.mark.parametrize("api", ["native", "openai-chat"])

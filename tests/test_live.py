@@ -513,3 +513,24 @@ def test_without_nvml_a_measurement_runs_and_says_so_once(project, tmp_path: Pat
     assert record["server_metrics_note"] is None
     series = record["server_metrics"]["series"]
     assert series["sglang:num_requests_total"] == [2.0] * 6
+
+
+def test_injected_retractions_are_named_in_the_regression_line(project, tmp_path: Path) -> None:
+    """A baseline without retractions; then the same server retracting most requests once (a stall
+    of 40 decode steps each): decode tok/s fails, and its line says what the server saw."""
+    project.write(with_workloads(MEASURE_WORKLOAD.replace("max_prompts = 2", "max_prompts = 4")))
+    common = ("-m", "measure", "--emulator", "-k", "mtp1", f"--baselines-dir={tmp_path / 'b'}", "--max-host-load=1")
+    steady = json.dumps({"decode_step_s": 0.002})
+    project(*common, f"--emulator-config={steady}", "--update-baselines").assert_outcomes(passed=1)
+    retracting = json.dumps({"decode_step_s": 0.002, "retract_fraction": 0.9, "retract_pause_s": 0.08})
+    result = project(*common, f"--emulator-config={retracting}")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*decode_tok_s regressed: *"])
+    (line,) = {x.strip() for x in result.stdout.lines if "metrics that moved since the baseline" in x}
+    assert re.search(
+        r"^server metrics that moved since the baseline \(SGLang's /metrics\): retracted requests per round rose from "
+        r"0 to [1-4](\.5)? \(median of \d+ rounds, baseline 0-0; sglang:num_retracted_requests_total\)",
+        line,
+    ), line
+    record = _measurement(project.path / "results")
+    assert min(record["server_metrics"]["series"]["sglang:num_retracted_requests_total"]) >= 1

@@ -2,7 +2,8 @@
 
 Modules: `config` (configuration, launch argv, effective args), `timing` (the timing model and its
 truth), `state` (server-wide state and requests in flight), `faults` (fault injection), `protocol`
-(request parsing, response bodies), `console` (log lines), `server` (HTTP server, start-up, `main`).
+(request parsing, response bodies), `console` (log lines), `metrics` (``/metrics`` in SGLang's format),
+`server` (HTTP server, start-up, `main`).
 """
 
 from sglperf.testing.emulator.config import CONFIG_ENV, EFFECTIVE_ENV, ConfigError, EmulatorConfig

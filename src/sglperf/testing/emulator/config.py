@@ -75,12 +75,19 @@ class EmulatorConfig:
     # False: graphs are captured (start-up memory says so) but every batch line says it ran eager, as
     # in SGLang releases whose decode ran eager with the graph captured.
     graph_replayed: bool = True
+    # Retraction, as SGLang retracts decoding requests when the KV cache pool is full: this share of
+    # requests (drawn per request from its seeded rng) is retracted once, after a token drawn
+    # uniformly from its decode; it waits retract_pause_s in the queue, holding no KV, then is
+    # re-prefilled (prompt + tokens so far) and decodes on (timing.py).
+    retract_fraction: float = 0.0
+    retract_pause_s: float = 0.35  # 10 decode steps at the default decode_step_s
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             _check_type(f.name, str(f.type), getattr(self, f.name))
-        if not 0.0 <= self.accept_prob <= 1.0:
-            raise ConfigError(f"accept_prob must be within [0, 1], got {self.accept_prob}")
+        for name in ("accept_prob", "retract_fraction"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ConfigError(f"{name} must be within [0, 1], got {getattr(self, name)}")
         if self.decode_step_s <= 0 or self.decode_slowdown <= 0:
             raise ConfigError("decode_step_s and decode_slowdown must be > 0")
         if self.shared_memory_bytes < 0:

@@ -35,3 +35,12 @@ def decode_batch_line(
         f"Decode batch, #running-req: {running}, #token: {tokens}, token usage: 0.00, {spec}"
         f"{graph_label}: {graph}, gen throughput (token/s): {tok_s:.2f}, #queue-req: 0"
     )
+
+
+def retract_line(retracted: int, tokens_gained: int, old_ratio: float, new_ratio: float) -> str:
+    """SGLang's warning when decoding requests are retracted because the KV cache pool is full
+    (0.5.13-0.5.23 scheduler.update_running_batch)."""
+    return (
+        f"KV cache pool is full. Retract requests. #retracted_reqs: {retracted}, "
+        f"#new_tokens_gained: {tokens_gained}, #new_token_ratio: {old_ratio:.4f} -> {new_ratio:.4f}"
+    )

@@ -137,12 +137,44 @@ class Responder(Protocol):
         ...
 
 
+def _wall(perf_s: float) -> float:
+    """A ``perf_counter`` time as wall-clock seconds, as SGLang's ``convert_time_to_realtime``."""
+    return time.time() - (time.perf_counter() - perf_s)
+
+
+def request_timing(run: Run, final: bool) -> dict[str, Any]:
+    """The timing keys SGLang 0.5.23 adds to ``meta_info`` with ``--enable-metrics`` (scheduler side on
+    every chunk, tokenizer side on the final one: ``req_time_stats.convert_to_output_meta_info``)."""
+    plan = run.plan
+    out: dict[str, Any] = {
+        "storage_prefetch_wait": 0.0,
+        "storage_staging_wait": 0.0,
+        "forward_entry_time": _wall(run.t0),
+        "prefill_finished_time": _wall(run.t0 + plan.prefill_s),
+        "queue_time": 0.0,
+    }
+    if final:
+        now = time.perf_counter()
+        decode_s = plan.passes[-1].at_s - plan.passes[0].at_s if len(plan.passes) > 1 else 0.0
+        out |= {
+            "request_received_ts": _wall(run.t0),
+            "first_token_latency": plan.passes[0].at_s if plan.passes else 0.0,
+            "api_server_dispatch_finish_ts": _wall(run.t0),
+            "response_sent_to_client_ts": _wall(now),
+            "request_finished_ts": _wall(now),
+        }
+        if decode_s > 0:
+            out["decode_throughput"] = (plan.completion_tokens - 1) / decode_s
+    return out
+
+
 class NativeResponder:
     """Native ``/generate``: every event carries the cumulative text and ids, and ``meta_info``."""
 
-    def __init__(self) -> None:
+    def __init__(self, metrics: bool = False) -> None:
         self._ids: list[int] = []
         self._text: list[str] = []
+        self._metrics = metrics  # the server runs with --enable-metrics: timing keys in meta_info
 
     def events(self, run: Run, chunk: Chunk) -> list[dict[str, Any]]:
         return [self.whole(run, chunk)]
@@ -163,7 +195,7 @@ class NativeResponder:
             "finish_reason": None,
             "prompt_tokens": run.prompt_tokens,
             "weight_version": WEIGHT_VERSION,
-            "num_retractions": 0,
+            "num_retractions": int(run.retracted),
             "reasoning_tokens": 0,
             "completion_tokens": chunk.end,
             "cached_tokens": 0,
@@ -172,6 +204,8 @@ class NativeResponder:
         }
         if first:
             meta["response_sent_to_client_ts"] = time.time()
+        if self._metrics:
+            meta.update(request_timing(run, chunk.final))
         if chunk.final:
             meta["finish_reason"] = run.finish
             meta["weight_versions"] = [{"version": WEIGHT_VERSION, "start": 0, "end": chunk.end}]

@@ -153,7 +153,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _metrics(self, body: bytes) -> None:
         state = self.server.state
-        if not state.launch.enable_metrics and not state.effective.get("enable_metrics"):
+        if not state.metrics_enabled:
             raise HttpError(404, "Not Found (start with --enable-metrics)", "NotFoundError")
         self._send(200, state.metrics().encode(), "text/plain; version=0.0.4; charset=utf-8")
 
@@ -173,7 +173,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _generate(self, body: bytes) -> None:
         req = parse_native(self._json_body(body))
-        self._serve_run(req, NativeResponder())
+        state = self.server.state
+        self._serve_run(req, NativeResponder(state.metrics_enabled))
 
     def _chat(self, body: bytes) -> None:
         data = self._json_body(body)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import mmap
+import os
 import threading
 import time
 import uuid
@@ -25,8 +27,9 @@ from sglperf.testing.emulator.config import (
     graph_on,
     read_architectures,
 )
-from sglperf.testing.emulator.console import decode_batch_line, log, prefill_batch_line
+from sglperf.testing.emulator.console import decode_batch_line, log, prefill_batch_line, retract_line
 from sglperf.testing.emulator.faults import TokenFaults
+from sglperf.testing.emulator.metrics import Retractions, Served, Snapshot, engine_type, render
 from sglperf.testing.emulator.timing import (
     Chunk,
     Plan,
@@ -39,25 +42,55 @@ from sglperf.testing.emulator.timing import (
 EOS_TOKEN_ID = 2
 GRAPH_PHASES = ("prefill", "decode", "target_verify", "draft_prefill", "draft_decode", "draft_extend")
 
+# SGLang's new-token ratio (its env defaults, schedule_conservativeness 1), for the retraction line:
+# it decays from INIT to MIN over DECAY_STEPS decode batches, a retraction re-estimates it from the
+# requests left running, an idle scheduler resets it.
+RATIO_INIT = 0.7
+RATIO_MIN = RATIO_INIT * 0.14
+RATIO_DECAY_STEPS = 600
+RETRACT_DECODE_STEPS = 20
+
+
+@dataclass
+class NewTokenRatio:
+    value: float = RATIO_INIT
+    since: float = field(default_factory=time.perf_counter)  # when it was last set
+
+    def at(self, now: float, step_s: float) -> float:
+        # A decode batch here is a decode step's time: the emulator's requests do not share batches.
+        steps = (now - self.since) / step_s
+        return max(self.value - (RATIO_INIT - RATIO_MIN) / RATIO_DECAY_STEPS * steps, RATIO_MIN)
+
+    def set(self, value: float, now: float) -> None:
+        self.value, self.since = value, now
+
 
 @dataclass
 class Stats:
     """Server-wide counters (guarded by EmulatorState.lock)."""
 
     request_index: int = 0
-    requests_total: int = 0
-    prompt_tokens_total: int = 0
-    generation_tokens_total: int = 0
-    running: int = 0
+    served: dict[bool, Served] = field(default_factory=lambda: {False: Served(), True: Served()})  # by is_streaming
+    aborted: int = 0  # ended before their last token (the client went away)
     spec_completion_tokens: int = 0
     spec_verify_steps: int = 0
     last_gen_throughput: float = 0.0
     flush_count: int = 0
     decode_steps: int = 0  # every request's, for the decode batch lines
+    retractions: Retractions = field(default_factory=Retractions)
+    # SGLang's num_retracted_reqs gauge: the retractions since the stats report before the last one
+    # (a report is a batch line); the scheduler publishes its count at each report, then zeroes it.
+    retracted_unreported: int = 0
+    retracted_reported: int = 0
+    new_token_ratio: NewTokenRatio = field(default_factory=NewTokenRatio)
 
     @property
     def avg_spec_accept_length(self) -> float | None:
         return self.spec_completion_tokens / self.spec_verify_steps if self.spec_verify_steps else None
+
+    def report(self) -> None:
+        """A stats report (SGLang's at every batch line): publish the retractions since the last."""
+        self.retracted_reported, self.retracted_unreported = self.retracted_unreported, 0
 
 
 @dataclass
@@ -67,11 +100,21 @@ class Run:
     rid: str
     t0: float
     prompt_tokens: int
+    max_new_tokens: int
+    stream: bool
     plan: Plan
     chunks: list[Chunk]
     finish: dict[str, Any]
     spec: bool
     faults: TokenFaults = field(default_factory=TokenFaults)
+    tokens_out: int = 0  # sent so far
+    retracted: bool = False  # its retraction is counted and logged
+    resumed: bool = False  # its re-prefill is logged
+    finished: bool = False  # its last token is out and counted
+
+    def waiting(self, now: float) -> bool:
+        """Retracted and waiting in the queue (holding no KV) at ``now``."""
+        return self.plan.waiting(now - self.t0)
 
     @property
     def accept_rate(self) -> float:
@@ -101,6 +144,7 @@ class EmulatorState:
     stopping: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
     stats: Stats = field(default_factory=Stats)
+    runs: dict[str, Run] = field(default_factory=dict)  # in flight, by rid
     # Derived from the effective args once.
     spec_steps: int | None = field(init=False)
     prefill_graph: bool = field(init=False)
@@ -120,6 +164,11 @@ class EmulatorState:
         self.architectures = read_architectures(self.model_path)
         served = self.launch.served_model_name or self.effective.get("served_model_name")
         self.model_name = str(served or self.model_path or "default")
+
+    @property
+    def metrics_enabled(self) -> bool:
+        """Started with --enable-metrics (or the effective args say so): /metrics and timing meta_info."""
+        return bool(self.launch.enable_metrics or self.effective.get("enable_metrics"))
 
     @property
     def weight_gb(self) -> float:
@@ -158,7 +207,6 @@ class EmulatorState:
         with self.lock:
             index = self.stats.request_index
             self.stats.request_index += 1
-            self.stats.running += 1
         cfg = self.config
         n_tokens, finish = req.max_new_tokens, {"type": "length", "length": req.max_new_tokens}
         if not req.ignore_eos and cfg.eos_after_tokens is not None and cfg.eos_after_tokens < n_tokens:
@@ -167,47 +215,129 @@ class EmulatorState:
         plan = plan_request(cfg, self.spec_steps, req.prompt_tokens, n_tokens, rng)
         faults = TokenFaults.of(cfg)
         chunks = chunk_plan(plan, cfg.stream_interval, faults.split_points)
-        spec = self.spec_steps is not None
-        return Run(uuid.uuid4().hex, t0, req.prompt_tokens, plan, chunks, finish, spec, faults)
+        run = Run(
+            rid=uuid.uuid4().hex,
+            t0=t0,
+            prompt_tokens=req.prompt_tokens,
+            max_new_tokens=req.max_new_tokens,
+            stream=req.stream,
+            plan=plan,
+            chunks=chunks,
+            finish=finish,
+            spec=self.spec_steps is not None,
+            faults=faults,
+        )
+        with self.lock:
+            self.runs[run.rid] = run
+        return run
+
+    def _running(self, now: float, besides: Run | None = None) -> int:
+        """Requests in flight and not waiting after a retraction (call under the lock)."""
+        return sum(1 for r in self.runs.values() if r is not besides and not r.waiting(now))
 
     @property
     def graph_label(self) -> str:
         return "cpu graph" if self.effective.get("device") == "cpu" else "cuda graph"
 
     def log_prefill(self, run: Run) -> None:
-        """SGLang's line for the prefill batch of ``run`` (one request per batch here)."""
+        """After the first token of ``run`` is out: its time to first token, and SGLang's line for its
+        prefill batch (one request per batch here)."""
+        now = time.perf_counter()
         with self.lock:
-            running = self.stats.running - 1
+            self.stats.served[run.stream].ttft.observe(now - run.t0)
+            self.stats.report()
+            running = self._running(now, besides=run)
+        self._log_prefill_line(run.prompt_tokens, run.plan.prefill_s, running)
+
+    def _log_prefill_line(self, tokens: int, prefill_s: float, running: int) -> None:
         ran = self.prefill_graph and self.config.graph_replayed
-        tok_s = run.prompt_tokens / run.plan.prefill_s if run.plan.prefill_s > 0 else 0.0
-        log(prefill_batch_line(run.prompt_tokens, running, self.graph_label, ran, tok_s), rank=self.launch.tp_size > 1)
+        tok_s = tokens / prefill_s if prefill_s > 0 else 0.0
+        log(prefill_batch_line(tokens, running, self.graph_label, ran, tok_s), rank=self.launch.tp_size > 1)
 
     def log_decode_steps(self, run: Run, steps: int, tokens: int) -> None:
-        """Count ``steps`` decode steps of ``run`` (``tokens`` generated so far); a line at every
-        ``decode_log_interval``-th step of the server, as SGLang logs them (here per request, not per batch)."""
+        """After each chunk of ``run`` (``tokens`` out so far, ``steps`` decode steps since the last):
+        its re-prefill if it was retracted, its decode steps (a line at every ``decode_log_interval``-th
+        step of the server, as SGLang logs them, here per request, not per batch), its retraction when
+        its plan has one here, and its finish after the last."""
+        self._log_reprefill(run)
         interval = self.launch.decode_log_interval
+        now = time.perf_counter()
         with self.lock:
+            run.tokens_out = tokens
             before = self.stats.decode_steps
             self.stats.decode_steps += steps
-            running = self.stats.running
-        if steps <= 0 or (before + steps) // interval == before // interval:
+            running = self._running(now)
+            logged = steps > 0 and (before + steps) // interval != before // interval
+            if logged:
+                self.stats.report()
+        if logged:
+            plan = run.plan
+            accept = (plan.completion_tokens / max(1, plan.verify_steps), run.accept_rate) if run.spec else None
+            ran = self.decode_graph and self.config.graph_replayed
+            tok_s = expected_decode_tok_s(self.config, self.spec_steps)
+            line = decode_batch_line(running, run.prompt_tokens + tokens, accept, self.graph_label, ran, tok_s)
+            log(line, rank=self.launch.tp_size > 1)
+        self._retract_if_due(run, tokens)
+        if tokens >= run.plan.completion_tokens and not run.finished:
+            self._finish(run)
+
+    def _retract_if_due(self, run: Run, tokens: int) -> None:
+        """Count and log the retraction of ``run`` once its plan's retraction point is out, as SGLang's
+        scheduler does when the KV cache pool is full (one request per retraction here)."""
+        due = run.plan.retract_tokens
+        if due is None or tokens < due or run.retracted:
             return
-        plan = run.plan
-        accept = (plan.completion_tokens / max(1, plan.verify_steps), run.accept_rate) if run.spec else None
-        ran = self.decode_graph and self.config.graph_replayed
-        tok_s = expected_decode_tok_s(self.config, self.spec_steps)
-        line = decode_batch_line(running, run.prompt_tokens + tokens, accept, self.graph_label, ran, tok_s)
-        log(line, rank=self.launch.tp_size > 1)
+        now = time.perf_counter()
+        step_s = self.config.decode_step_s * self.config.decode_slowdown
+        with self.lock:
+            run.retracted = True
+            counts = self.stats.retractions
+            counts.requests += 1
+            counts.input_tokens += run.prompt_tokens
+            counts.output_tokens += tokens
+            self.stats.retracted_unreported += 1
+            # SGLang re-estimates the ratio from the requests its batch keeps.
+            left = [r for r in self.runs.values() if r is not run and not r.waiting(now)]
+            decoded = sum(r.tokens_out for r in left) + RETRACT_DECODE_STEPS * len(left)
+            new_ratio = min(1.0, decoded / (sum(r.max_new_tokens for r in left) + 1))
+            old_ratio = self.stats.new_token_ratio.at(now, step_s)
+            self.stats.new_token_ratio.set(new_ratio, now)
+        log(retract_line(1, run.prompt_tokens + tokens, old_ratio, new_ratio), rank=self.launch.tp_size > 1)
+
+    def _log_reprefill(self, run: Run) -> None:
+        """SGLang's prefill line for a retracted request back from the queue: prompt and tokens so far."""
+        if not run.retracted or run.resumed:
+            return
+        now = time.perf_counter()
+        with self.lock:
+            run.resumed = True
+            self.stats.report()
+            running = self._running(now, besides=run)
+        tokens = run.prompt_tokens + run.tokens_out
+        self._log_prefill_line(tokens, run.plan.retract_s - run.plan.retract_pause_s, running)
 
     def end_run(self, run: Run, completed: bool) -> None:
-        plan = run.plan
+        """``run`` is over (``completed``: all of it was sent); one that never got to its last token was aborted."""
         with self.lock:
-            self.stats.running -= 1
-            if not completed:
-                return
-            self.stats.requests_total += 1
-            self.stats.prompt_tokens_total += run.prompt_tokens
-            self.stats.generation_tokens_total += plan.completion_tokens
+            self.runs.pop(run.rid, None)
+            if not self.runs:
+                self.stats.new_token_ratio.set(RATIO_INIT, time.perf_counter())  # SGLang resets it when idle
+            if not (completed or run.finished):
+                self.stats.aborted += 1
+
+    def _finish(self, run: Run) -> None:
+        """Count ``run`` as finished once its last token is out and before its answer ends (SGLang's
+        tokenizer counts a request when its last output arrives): a client scraping right after its
+        answer sees it counted."""
+        plan = run.plan
+        now = time.perf_counter()
+        with self.lock:
+            run.finished = True
+            served = self.stats.served[run.stream]
+            served.requests += 1
+            served.prompt_tokens += run.prompt_tokens
+            served.generation_tokens += plan.completion_tokens
+            served.e2e.observe(now - run.t0)
             if run.spec and plan.verify_steps:
                 self.stats.spec_completion_tokens += plan.completion_tokens
                 self.stats.spec_verify_steps += plan.verify_steps
@@ -279,19 +409,26 @@ class EmulatorState:
             return ""
 
     def metrics(self) -> str:
+        """``/metrics``: the SGLang metrics the emulator keeps (:mod:`.metrics`), as SGLang exposes them."""
+        capacity = self.memory_usage()["token_capacity"]
+        now = time.perf_counter()
         with self.lock:
-            s = dataclasses.replace(self.stats)
-        name = str(self.model_name).replace('"', '\\"')
-        label = f'{{model_name="{name}"}}'
-        rows = [
-            ("num_requests_total", "counter", s.requests_total),
-            ("prompt_tokens_total", "counter", s.prompt_tokens_total),
-            ("generation_tokens_total", "counter", s.generation_tokens_total),
-            ("num_running_reqs", "gauge", s.running),
-            ("gen_throughput", "gauge", s.last_gen_throughput),
-            ("spec_accept_length", "gauge", s.avg_spec_accept_length or 0.0),
-        ]
-        lines = []
-        for name, kind, value in rows:
-            lines += [f"# TYPE sglang:{name} {kind}", f"sglang:{name}{label} {float(value)}"]
-        return "\n".join(lines) + "\n"
+            s = self.stats
+            runs = list(self.runs.values())
+            waiting = {r.rid for r in runs if r.waiting(now)}
+            held = sum(r.prompt_tokens + r.tokens_out for r in runs if r.rid not in waiting)  # a waiting one holds none
+            snapshot = Snapshot(
+                model_name=self.model_name,
+                engine_type=engine_type(self.effective.get("disaggregation_mode")),
+                pid=os.getpid(),
+                served=copy.deepcopy(s.served),
+                aborted=s.aborted,
+                running=len(runs) - len(waiting),
+                queued=len(waiting),
+                token_usage=held / capacity if capacity else 0.0,
+                gen_throughput=s.last_gen_throughput,
+                spec_accept_length=s.avg_spec_accept_length or 0.0,
+                retracted_reported=s.retracted_reported,
+                retractions=dataclasses.replace(s.retractions),
+            )
+        return render(snapshot)

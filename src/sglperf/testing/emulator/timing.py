@@ -12,6 +12,10 @@ server batches them, so concurrency does not slow anything down here):
   yields k + 1 tokens (the bonus token), capped by the tokens still to generate.
 * Step time = ``decode_step_s * decode_slowdown`` times log-normal noise of mean 1 and CV
   ``noise_cv``, drawn from ``numpy.random.default_rng([seed, request_index])``: runs reproduce.
+* Retraction (``retract_fraction``, drawn after the steps, so they are the same as without it): a
+  retracted request stops after a pass drawn uniformly from all but its last, waits
+  ``retract_pause_s`` in the queue, is re-prefilled (``prefill_s_per_token`` * (prompt + tokens so
+  far): its KV was freed) and decodes on: a gap in its token stream, every later pass shifted by it.
 * Chunks are sent at absolute ``time.perf_counter`` deadlines (no accumulated sleep error); the first
   token is sent alone, then each chunk carries all tokens of ``stream_interval`` steps.
 * Truth: :func:`expected_accept_length` and :func:`expected_decode_tok_s`. As in SGLang, a request's
@@ -78,6 +82,9 @@ class Plan:
     passes: tuple[Pass, ...]  # passes[0] is prefill's first token; the rest are verify steps
     accepted_drafts: int = 0
     proposed_drafts: int = 0
+    retract_after: int | None = None  # the pass after which the request is retracted, if it is
+    retract_s: float = 0.0  # the gap that retraction leaves: the pause, then the re-prefill
+    retract_pause_s: float = 0.0  # the part of it spent waiting in the queue
 
     @property
     def completion_tokens(self) -> int:
@@ -86,6 +93,20 @@ class Plan:
     @property
     def verify_steps(self) -> int:
         return max(0, len(self.passes) - 1)
+
+    @property
+    def retract_tokens(self) -> int | None:
+        """Tokens out when the request is retracted (its output tokens then)."""
+        if self.retract_after is None:
+            return None
+        return sum(p.tokens for p in self.passes[: self.retract_after + 1])
+
+    def waiting(self, elapsed_s: float) -> bool:
+        """Whether the request sits retracted in the waiting queue ``elapsed_s`` after its arrival."""
+        if self.retract_after is None:
+            return False
+        at = self.passes[self.retract_after].at_s
+        return at <= elapsed_s < at + self.retract_pause_s
 
 
 def plan_request(
@@ -116,7 +137,24 @@ def plan_request(
         accepted += emitted - 1
         passes.append(Pass(t, emitted))
         done += emitted
-    return Plan(prefill_s, tuple(passes), accepted, proposed)
+    return _retracted(config, prompt_tokens, Plan(prefill_s, tuple(passes), accepted, proposed), rng)
+
+
+def _retracted(config: EmulatorConfig, prompt_tokens: int, plan: Plan, rng: np.random.Generator) -> Plan:
+    """``plan`` with a retraction, for ``retract_fraction`` of requests with a decode step to retract before."""
+    if config.retract_fraction <= 0 or len(plan.passes) < 2 or rng.random() >= config.retract_fraction:
+        return plan
+    after = int(rng.integers(0, len(plan.passes) - 1))
+    held = prompt_tokens + sum(p.tokens for p in plan.passes[: after + 1])
+    gap = config.retract_pause_s + config.prefill_s_per_token * held
+    shifted = tuple(Pass(p.at_s + gap, p.tokens) for p in plan.passes[after + 1 :])
+    return dataclasses.replace(
+        plan,
+        passes=plan.passes[: after + 1] + shifted,
+        retract_after=after,
+        retract_s=gap,
+        retract_pause_s=config.retract_pause_s,
+    )
 
 
 @dataclass(frozen=True)
@@ -138,7 +176,8 @@ def chunk_plan(plan: Plan, stream_interval: int, splits: tuple[int, ...] = ()) -
     last = len(plan.passes) - 1
     for i, p in enumerate(plan.passes[1:], start=1):
         done += p.tokens
-        if i % stream_interval == 0 or i == last:
+        # The tokens before a retraction go out before its gap.
+        if i % stream_interval == 0 or i in (last, plan.retract_after):
             chunks.append(Chunk(p.at_s, done, i))
     chunks[-1] = dataclasses.replace(chunks[-1], final=True)
     for point in sorted(set(splits)):
