@@ -15,6 +15,11 @@ upper bound on the meter's. To separate the two, the emulator runs under a wrapp
 each chunk actually left it (``perf_counter`` is one clock across processes on Linux); the "meter
 only" columns compare with the rate realised by those send times.
 
+``--gpu-probe`` runs the GPU telemetry thread (`sglperf.runtime.gpu_telemetry`, sampling every 100 ms)
+during every cell, against a fake NVML of two GPUs with a process each (`sglperf.testing.fake_nvml`):
+what the sampler's Python costs the meter's stamps. A real NVML call also waits on the driver, with
+the GIL released; that part is not measured here.
+
 Prints a markdown table headed by the command line; exits 1 if a cell at ``--target-rate`` misses
 ``--target`` (median |error| against the plan).
 """
@@ -38,12 +43,15 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from sglperf.measure.meter import measure
+from sglperf.measure.meter import GpuGuard, measure
 from sglperf.measure.prompts import Message, Prompt, PromptSet
 from sglperf.measure.samples import RequestSample
 from sglperf.model.deployment import Workload
+from sglperf.model.gpu_telemetry import GpuLimits
+from sglperf.runtime.gpu_telemetry import open_probe
 from sglperf.testing.emulator.config import CONFIG_ENV, EmulatorConfig
 from sglperf.testing.emulator.timing import chunk_plan, expected_accept_length, plan_request, prompt_tokens_of_text
+from sglperf.testing.fake_nvml import FakeGpu, FakeNvml
 
 REPO = Path(__file__).resolve().parents[1]
 SPEC_STEPS = 3
@@ -187,7 +195,13 @@ def realised_rate(sample: RequestSample, sends: dict[str, list[float]]) -> float
 
 
 def run_cell(
-    emu: Emulator, config: EmulatorConfig, cell: Cell, first_index: int, requests: int, output_len: int
+    emu: Emulator,
+    config: EmulatorConfig,
+    cell: Cell,
+    first_index: int,
+    requests: int,
+    output_len: int,
+    gpu: GpuGuard | None = None,
 ) -> tuple[CellResult, int]:
     warmup = cell.concurrency
     workload = Workload(
@@ -199,7 +213,7 @@ def run_cell(
         api=cell.api,
         reuse_prefix_cache=True,
     )  # type: ignore[arg-type]
-    result = measure(emu.url, workload, prompt_set(requests), concurrency=cell.concurrency)
+    result = measure(emu.url, workload, prompt_set(requests), concurrency=cell.concurrency, gpu=gpu)
     used = range(first_index, first_index + warmup + requests)
     truths = plan_truths(config, cell.spec, used, output_len)
     sends = emu.send_times()
@@ -222,12 +236,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=16, help="measured requests per cell")
     parser.add_argument("--output-len", type=int, default=256)
     parser.add_argument("--target-rate", type=float, default=700.0)
+    parser.add_argument("--gpu-probe", action="store_true", help="sample a fake NVML during every cell")
     parser.add_argument("--target", type=float, default=0.01, help="median |relative error| allowed at --target-rate")
     args = parser.parse_args(argv)
     rates = [float(r) for r in args.rates.split(",")]
     apis = args.apis.split(",")
     levels = [int(c) for c in args.concurrency.split(",")]
 
+    gpu = None
+    if args.gpu_probe:
+        fake = FakeNvml([FakeGpu(uuid="GPU-bench-0", processes=[(os.getpid(), 2**30)]), FakeGpu(uuid="GPU-bench-1")])
+        fake.install()
+        gpu = GpuGuard(open_probe(None), GpuLimits(max_throttle=1.0, foreign_processes=False))
     results: list[CellResult] = []
     for spec in (False, True):
         for rate in rates:
@@ -237,14 +257,15 @@ def main(argv: list[str] | None = None) -> int:
                 for api in apis:
                     for c in levels:
                         cell = Cell(spec, rate, api, c)
-                        res, index = run_cell(emu, config, cell, index, args.requests, args.output_len)
+                        res, index = run_cell(emu, config, cell, index, args.requests, args.output_len, gpu)
                         results.append(res)
                         print(f"  {cell}: median |error| {res.median_abs:.3%}", file=sys.stderr)
 
     command = " ".join(["python", "bench/meter_overhead.py", *(argv if argv is not None else sys.argv[1:])])
     print(
         f"`{command}` ({os.cpu_count()} CPUs, output_len {args.output_len}, {args.requests} requests per cell, "
-        f"emulator noise_cv=0, spec: {SPEC_STEPS} steps, accept_prob {ACCEPT_PROB})\n"
+        f"emulator noise_cv=0, spec: {SPEC_STEPS} steps, accept_prob {ACCEPT_PROB}"
+        f"{'; GPU telemetry sampled from a fake NVML' if args.gpu_probe else ''})\n"
     )
     print(
         "| decoding | tok/chunk | decode tok/s | api | concurrency | n | vs plan: median abs error | max "
