@@ -22,7 +22,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from sglperf.baselines import store
+from sglperf.baselines import server_moves, store
 from sglperf.judge import batch_evidence, live_evidence
 from sglperf.measure.prompts import load_prompts
 from sglperf.measure.samples import HostBusyError
@@ -248,6 +248,31 @@ def test_a_second_start_has_the_same_effective_args_digest(plain: Plain, tmp_pat
     assert effective_digest(first) == effective_digest(again), f"fields differing between two starts: {differing}"
     # Sized from the memory free at start: this second server, started beside the first, gets less.
     assert 0 < again[KV_POOL_TOKENS_FIELD] < first[KV_POOL_TOKENS_FIELD]
+
+
+def test_real_retractions_are_counted_per_round_and_named(plain: Plain, tmp_path: Path) -> None:
+    """SGLang's own retraction test hook (SGLANG_TEST_RETRACT: a retraction every third forward pass) on a
+    second real server: its /metrics counts retractions in every round, the plain server's in none, and
+    the watched series is named as moved, as a failing measurement's line would."""
+    workload = plain.deployment.workloads[0].model_copy(update={"repeats": 3, "output_len": 48, "warmup": 0})
+    quiet = plain.live.measure(plain.deployment, plain.variant, workload, 2)
+    retracting = plain.deployment.with_launch_env({"SGLANG_TEST_RETRACT": "1"})
+    options = LiveOptions(
+        results_dir=tmp_path / "results", baselines_dir=tmp_path / "b", update_baselines=True, root=ROOT
+    )
+    live = LiveSession(options, plain.preflight, print)
+    try:
+        record = live.measure(retracting, plain.variant, workload, 2)
+        log = live.running(retracting, plain.variant).server.spec.log_path.read_text()
+    finally:
+        live.close()
+    assert quiet.server_metrics is not None and record.server_metrics is not None
+    retracted = record.server_metrics.series["sglang:num_retracted_requests_total"]
+    assert min(retracted) >= 1, retracted
+    assert set(quiet.server_metrics.series["sglang:num_retracted_requests_total"]) == {0.0}
+    assert "Testing retraction. #retracted_reqs: 1" in log  # SGLang's own line for it
+    moved = server_moves.moved_series(quiet.server_metrics.series, record.server_metrics.series)
+    assert moved and moved[0].startswith("retracted requests per round rose from 0 to "), moved
 
 
 def test_a_busy_neighbour_is_named_not_blamed_on_sglang(plain: Plain) -> None:
