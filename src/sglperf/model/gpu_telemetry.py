@@ -71,6 +71,24 @@ def _min(values: Iterable[float]) -> float:
     return min(_known(values), default=math.nan)
 
 
+def _temperature_phrase(celsius: float, prefix: str = "") -> str:
+    return "temperature not reported" if math.isnan(celsius) else f"{prefix}{celsius:.0f} °C"
+
+
+def _clock_phrase(mhz: float, max_mhz: float) -> str:
+    if math.isnan(mhz):
+        return "SM clock not reported"
+    return f"SM {mhz:.0f} MHz" if math.isnan(max_mhz) else f"SM {mhz:.0f} of {max_mhz:.0f} MHz"
+
+
+def _power_phrase(watts: float, limit_w: float, prefix: str = "") -> str:
+    if math.isnan(watts):
+        return "power not reported"
+    if math.isnan(limit_w):
+        return f"{prefix}{watts:.0f} W (limit not reported)"
+    return f"{prefix}{watts:.0f} of {limit_w:.0f} W"
+
+
 @dataclass(frozen=True)
 class GpuProcess:
     """A process NVML listed on a GPU."""
@@ -121,22 +139,12 @@ class GpuSampleSummary:
         return phrase if allowed is None else f"{phrase} (allowed: {allowed:.0%})"
 
     def _describe(self, allowed: float | None = None) -> str:
-        parts = [self._throttle_phrase(allowed)]
-        parts.append(
-            f"{self.temperature_c:.0f} °C" if not math.isnan(self.temperature_c) else "temperature not reported"
-        )
-        if math.isnan(self.sm_clock_mhz):
-            parts.append("SM clock not reported")
-        elif math.isnan(self.sm_clock_max_mhz):
-            parts.append(f"SM {self.sm_clock_mhz:.0f} MHz")
-        else:
-            parts.append(f"SM {self.sm_clock_mhz:.0f} of {self.sm_clock_max_mhz:.0f} MHz")
-        if math.isnan(self.power_w):
-            parts.append("power not reported")
-        elif math.isnan(self.power_limit_w):
-            parts.append(f"{self.power_w:.0f} W (limit not reported)")
-        else:
-            parts.append(f"{self.power_w:.0f} of {self.power_limit_w:.0f} W")
+        parts = [
+            self._throttle_phrase(allowed),
+            _temperature_phrase(self.temperature_c),
+            _clock_phrase(self.sm_clock_mhz, self.sm_clock_max_mhz),
+            _power_phrase(self.power_w, self.power_limit_w),
+        ]
         return f"GPU {self.index} {self.name or '(name unknown)'}: " + ", ".join(parts)
 
     def describe(self) -> str:
@@ -249,24 +257,13 @@ class GpuTelemetrySummary:
 
     def describe(self) -> str:
         """One line for the report: clocks, temperature, power against its limit, throttle share."""
-        if math.isnan(self.sm_clock_mhz):
-            clock = "SM clock not reported"
-        elif math.isnan(self.sm_clock_max_mhz):
-            clock = f"SM {self.sm_clock_mhz:.0f} MHz"
-        else:
-            clock = f"SM {self.sm_clock_mhz:.0f} of {self.sm_clock_max_mhz:.0f} MHz"
-        temperature = f"up to {self.temperature_c:.0f} °C" if not math.isnan(self.temperature_c) else ""
-        if math.isnan(self.power_w):
-            power = "power not reported"
-        elif math.isnan(self.power_limit_w):
-            power = f"up to {self.power_w:.0f} W"
-        else:
-            power = f"up to {self.power_w:.0f} of {self.power_limit_w:.0f} W"
-        if math.isnan(self.throttle_share):
-            throttle = ""
-        else:
-            throttle = (
+        parts = [
+            _clock_phrase(self.sm_clock_mhz, self.sm_clock_max_mhz),
+            _temperature_phrase(self.temperature_c, "up to "),
+            _power_phrase(self.power_w, self.power_limit_w, "up to "),
+        ]
+        if not math.isnan(self.throttle_share):
+            parts.append(
                 f"throttled at most {self.throttle_share:.0%} of a round (allowed: {self.limits_max_throttle:.0%})"
             )
-        parts = [p for p in (clock, temperature or "temperature not reported", power, throttle) if p]
         return f"GPU over {self.rounds} round(s): " + ", ".join(parts)
