@@ -109,6 +109,17 @@ def test_identity_and_context() -> None:
     assert store.context_notes(pooled, entry, _prov(kv_pool_tokens=812_000), entry.prompt_digest) == [
         "KV cache pool 1,045,353 -> 812,000 tokens (-22%)"
     ]
+    # --enable-metrics on since a baseline that had it off (or predates the field), and GPU limits changed.
+    for then in (None, False):
+        old = stored.model_copy(update={"provenance": _prov(server_metrics=then)})
+        (note,) = store.context_notes(old, entry, _prov(server_metrics=True), entry.prompt_digest)
+        assert note.startswith("SGLang's --enable-metrics is on now and was off for the baseline")
+    metered = stored.model_copy(update={"provenance": _prov(server_metrics=True)})
+    assert store.context_notes(metered, entry, _prov(server_metrics=True), entry.prompt_digest) == []
+    limited = stored.model_copy(update={"provenance": _prov(gpu_power_limit_w=300.0, gpu_sm_clock_max_mhz=2100.0)})
+    assert store.context_notes(
+        limited, entry, _prov(gpu_power_limit_w=250.0, gpu_sm_clock_max_mhz=2100.0), entry.prompt_digest
+    ) == ["GPU power limit 300 -> 250 W since the baseline"]
     lines = store.describe_change(stored, stored, "decode-chat@c1")
     assert any("decode_tok_s: median" in line and "(+0.0%)" in line for line in lines)
 

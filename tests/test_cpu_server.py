@@ -188,6 +188,7 @@ def test_baseline_recorded_then_compared_as_cpu_numbers(plain: Plain) -> None:
     assert compared.batches.graph_label == "cpu graph" and not compared.problems
     # The real server's /metrics was read around every measured round (the launch turned it on).
     assert "--enable-metrics" in plain.running.server.command and compared.server_metrics_note is None
+    assert compared.provenance.server_metrics is True  # as the server's args say
     metrics = compared.server_metrics
     assert metrics is not None and metrics.scrapes >= 2 * (compared.rounds.used if compared.rounds else 0)
     prompts = len(load_prompts(plain.deployment.path.parent / workload.prompts).prompts[: workload.max_prompts])

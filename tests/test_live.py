@@ -510,7 +510,7 @@ def test_without_nvml_a_measurement_runs_and_says_so_once(project, tmp_path: Pat
     assert record["gpu_note"].startswith("GPU telemetry not read: ")
     assert "\n" not in record["gpu_note"] and "Traceback" not in result.stdout.str()
     # and the server's own metrics were read around every round
-    assert record["server_metrics_note"] is None
+    assert record["server_metrics_note"] is None and record["provenance"]["server_metrics"] is True
     series = record["server_metrics"]["series"]
     assert series["sglang:num_requests_total"] == [2.0] * 6
 

@@ -301,6 +301,11 @@ def context_notes(baseline: Baseline, entry: Entry, current: Provenance, prompt_
         change = current.kv_pool_tokens / b.kv_pool_tokens - 1
         if abs(change) > KV_POOL_NOTE_CHANGE:
             notes.append(f"KV cache pool {b.kv_pool_tokens:,} -> {current.kv_pool_tokens:,} tokens ({change:+.0%})")
+    if current.server_metrics and not b.server_metrics:
+        notes.append(
+            "SGLang's --enable-metrics is on now and was off for the baseline: its own bookkeeping cost 3-5.5% "
+            "decode tok/s on the CPU server (bench/enable_metrics_cost.py); refresh the baseline"
+        )
     for name, then, now, unit in (
         ("GPU power limit", b.gpu_power_limit_w, current.gpu_power_limit_w, "W"),
         ("GPU max SM clock", b.gpu_sm_clock_max_mhz, current.gpu_sm_clock_max_mhz, "MHz"),

@@ -43,6 +43,10 @@ class Provenance(_Strict):
     kv_pool_tokens: int | None = None  # the KV cache pool SGLang sized at start; None: not served
     # The GPUs' enforced power limit and top SM clock (NVML, lowest over the server's GPUs): an
     # administrator's `nvidia-smi -pl` since the baseline explains a change. None: not read.
+    # SGLang's --enable-metrics, as the server's args say. Left out of the args digest (the suite turns it
+    # on), but not free: on the CPU server it cost 3-5.5% decode tok/s (bench/enable_metrics_cost.py).
+    # None: recorded before sglperf kept it, when it was off.
+    server_metrics: bool | None = None
     gpu_power_limit_w: float | None = None
     gpu_sm_clock_max_mhz: float | None = None
 

@@ -16,6 +16,7 @@ from sglperf.model.measurement import Provenance
 from sglperf.model.server_facts import ServerFacts
 from sglperf.runtime import gpus
 from sglperf.sglang.flags import LOAD_FORMAT_FLAG
+from sglperf.sglang.metrics_catalogue import METRICS_FIELD
 from sglperf.sglang.processes import run_bounded
 from sglperf.sglang.server_api import KV_POOL_TOKENS_FIELD, LAUNCH_SPECIFIC_FIELDS
 
@@ -87,6 +88,7 @@ def provenance(
         launch_command=launch_command,
         dummy_weights=uses_dummy_weights(argv),
         kv_pool_tokens=_kv_pool_tokens(facts.effective),
+        server_metrics=facts.effective.get(METRICS_FIELD) is True,
     )
 
 

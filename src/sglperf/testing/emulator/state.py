@@ -359,6 +359,9 @@ class EmulatorState:
             state["avg_spec_accept_length"] = stats.avg_spec_accept_length
         return {
             **self.effective,
+            # The preflight resolved the variant's flags; --enable-metrics is the suite's own addition to
+            # the launch, and a real server's args say it is on.
+            "enable_metrics": self.metrics_enabled,
             "version": self.version,
             "emulated": True,
             "effective_source": self.effective_source,
