@@ -22,10 +22,16 @@ import argparse
 import math
 import sys
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from sglperf.baselines.changepoint import DEFAULT_ALPHA, DEFAULT_PERMUTATIONS, drift, hinge_start
+
+if TYPE_CHECKING:  # mypy resolves the modules beside this script from the repository root
+    from bench import _docs_table
+else:  # `python bench/<script>.py` puts bench/ itself on the path
+    import _docs_table
 
 TARGET_DATED, TARGET_CLEAN, TOLERANCE = 0.85, 0.99, 2
 
@@ -48,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=0.01, help="relative drop per night once the drift starts")
     parser.add_argument("--starts", default="10,15,20,25", help="nights the drift starts at (0-based)")
     parser.add_argument("--seed", type=int, default=0)
+    _docs_table.add_flag(parser)
     args = parser.parse_args(argv)
     starts = [int(s) for s in args.starts.split(",")]
     command = (
@@ -120,4 +127,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_docs_table.run_script(__file__, main))

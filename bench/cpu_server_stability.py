@@ -22,11 +22,17 @@ import statistics
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import tiny_cpu
 from sglperf.measure.meter import HostGuard, measure
 from sglperf.runtime.host_probe import HostProbe
 from sglperf.sglang.envs import CPU_OMP_BIND_ENV
+
+if TYPE_CHECKING:  # mypy resolves the modules beside this script from the repository root
+    from bench import _docs_table, tiny_cpu
+else:  # `python bench/<script>.py` puts bench/ itself on the path
+    import _docs_table
+    import tiny_cpu
 
 DISTURBED_AT = 0.03  # stricter than the suite's default: a call with anything beside it shows here
 
@@ -35,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=20, help="measure() calls per binding")
     parser.add_argument("--binds", default="all,0", help=f"{CPU_OMP_BIND_ENV} values, comma-separated")
+    _docs_table.add_flag(parser)
     args = parser.parse_args(argv)
     python, _ = tiny_cpu.set_up()
     workload, prompts = tiny_cpu.decode_chat(tiny_cpu.deployment(), repeats=4)
@@ -55,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
                 disturbed += any(r.host is not None and r.host.disturbed(DISTURBED_AT) for r in result.rounds)
             rows.append((bind, medians, disturbed))
 
-    command = " ".join(["python", "bench/cpu_server_stability.py", *(argv if argv is not None else sys.argv[1:])])
+    command = _docs_table.command(__file__, argv)
     print(
         f"`{command}` ({os.cpu_count()} CPUs; real SGLang {tiny_cpu.SGLANG_VERSION} CPU server, tiny Qwen3 plain, "
         "decode-chat: "
@@ -76,4 +83,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_docs_table.run_script(__file__, main))

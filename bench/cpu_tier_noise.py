@@ -15,6 +15,12 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # mypy resolves the modules beside this script from the repository root
+    from bench import _docs_table
+else:  # `python bench/<script>.py` puts bench/ itself on the path
+    import _docs_table
 
 LATENCIES = ("itl_s", "e2e_s", "ttft_s")
 METRICS = ("decode_tok_s", *LATENCIES)
@@ -31,6 +37,7 @@ def medians(folder: Path) -> dict[str, dict[str, float]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("pairs", nargs="+", metavar="RECORD:COMPARE", help="results folders of the two passes")
+    _docs_table.add_flag(parser)
     args = parser.parse_args(argv)
     worst = dict.fromkeys(METRICS, 1.0)
     spread = dict.fromkeys(METRICS, 1.0)
@@ -54,4 +61,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_docs_table.run_script(__file__, main))

@@ -17,9 +17,15 @@ import statistics
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import tiny_cpu
 from sglperf.measure.meter import measure
+
+if TYPE_CHECKING:  # mypy resolves the modules beside this script from the repository root
+    from bench import _docs_table, tiny_cpu
+else:  # `python bench/<script>.py` puts bench/ itself on the path
+    import _docs_table
+    import tiny_cpu
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--starts", type=int, default=3, help="server starts per condition, alternating")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--output-len", type=int, default=256)
+    _docs_table.add_flag(parser)
     args = parser.parse_args(argv)
     python, _ = tiny_cpu.set_up()
     base = tiny_cpu.deployment()
@@ -45,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(("on" if metrics else "off", tok_s, itl))
             tiny_cpu.progress(f"start {start + 1}/{args.starts}, metrics {rows[-1][0]}: {tok_s:.1f} tok/s")
 
-    command = " ".join(["python", "bench/enable_metrics_cost.py", *(argv if argv is not None else sys.argv[1:])])
+    command = _docs_table.command(__file__, argv)
     off_tok = statistics.median(t for label, t, _ in rows if label == "off")
     off_itl = statistics.median(i for label, _, i in rows if label == "off")
     print(
@@ -66,4 +73,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_docs_table.run_script(__file__, main))

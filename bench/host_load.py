@@ -28,13 +28,19 @@ import statistics
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import tiny_cpu
 from sglperf.measure.meter import HostGuard, measure
 from sglperf.model.host_load import DEFAULT_MAX_HOST_LOAD
 from sglperf.runtime.host_probe import HostProbe
 from sglperf.sglang.envs import CPU_OMP_BIND_ENV
 from sglperf.testing.neighbours import foreign_spinners
+
+if TYPE_CHECKING:  # mypy resolves the modules beside this script from the repository root
+    from bench import _docs_table, tiny_cpu
+else:  # `python bench/<script>.py` puts bench/ itself on the path
+    import _docs_table
+    import tiny_cpu
 
 CPUS = os.cpu_count() or 1
 # (label, busy loops, share of the time each is busy)
@@ -53,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--bind", help=f"{CPU_OMP_BIND_ENV} for the server (default: the deployment's; 'all' is SGLang's own default)"
     )
+    _docs_table.add_flag(parser)
     args = parser.parse_args(argv)
     limits = [float(x) for x in args.limits.split(",")]
     python, _ = tiny_cpu.set_up()
@@ -79,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append((label, itl, loads))
             tiny_cpu.progress(f"{label}: done")
 
-    command = " ".join(["python", "bench/host_load.py", *(argv if argv is not None else sys.argv[1:])])
+    command = _docs_table.command(__file__, argv)
     quiet_itl = statistics.median(rows[0][1])
     print(
         f"`{command}` ({CPUS} CPUs; real SGLang {tiny_cpu.SGLANG_VERSION} CPU server, tiny Qwen3 plain, "
@@ -106,4 +113,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_docs_table.run_script(__file__, main))

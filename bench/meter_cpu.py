@@ -37,15 +37,21 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-import tiny_cpu
 from sglperf.runtime import server
 from sglperf.sglang import envs
 from sglperf.sglang.intents import Speculative
 from sglperf.testing.emulator.config import CONFIG_ENV
 from sglperf.testing.emulator.timing import expected_accept_length
+
+if TYPE_CHECKING:  # mypy resolves the modules beside this script from the repository root
+    from bench import _docs_table, tiny_cpu
+else:  # `python bench/<script>.py` puts bench/ itself on the path
+    import _docs_table
+    import tiny_cpu
 
 SGLANG_VERSION = tiny_cpu.SGLANG_VERSION
 SPEC_STEPS, ACCEPT_PROB = 3, 0.7
@@ -240,6 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--servers", default="emulator", help="emulator, real-cpu or both, comma-separated")
     parser.add_argument("--target", type=float, default=1.0, help="largest meter / bench_serving ratio allowed")
+    _docs_table.add_flag(parser)
     args = parser.parse_args(argv)
     servers = set(args.servers.split(","))
     if not servers or servers - {"emulator", "real-cpu"}:
@@ -261,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
                 with real_cpu_server(variant, models, cpu_python, Path(logs) / "results") as target:
                     rows += measure_target(target, args)
 
-    command = " ".join(["python", "bench/meter_cpu.py", *(argv if argv is not None else sys.argv[1:])])
+    command = _docs_table.command(__file__, argv)
     print(
         f"`{command}` ({os.cpu_count()} CPUs; {args.concurrency} streams, {args.output_len} tokens per request, "
         f"{args.small} and {args.large} requests per pair, {args.pairs} pairs)\n"
@@ -283,4 +290,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_docs_table.run_script(__file__, main))

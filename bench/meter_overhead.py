@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 import numpy as np
@@ -52,6 +53,11 @@ from sglperf.runtime.gpu_telemetry import open_probe
 from sglperf.testing.emulator.config import CONFIG_ENV, EmulatorConfig
 from sglperf.testing.emulator.timing import chunk_plan, expected_accept_length, plan_request, prompt_tokens_of_text
 from sglperf.testing.fake_nvml import FakeGpu, FakeNvml
+
+if TYPE_CHECKING:  # mypy resolves the modules beside this script from the repository root
+    from bench import _docs_table
+else:  # `python bench/<script>.py` puts bench/ itself on the path
+    import _docs_table
 
 REPO = Path(__file__).resolve().parents[1]
 SPEC_STEPS = 3
@@ -116,7 +122,7 @@ def emulator_config(spec: bool, rate: float) -> EmulatorConfig:
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        return int(s.getsockname()[1])
 
 
 @dataclass(frozen=True)
@@ -204,22 +210,25 @@ def run_cell(
     gpu: GpuGuard | None = None,
 ) -> tuple[CellResult, int]:
     warmup = cell.concurrency
-    workload = Workload(
-        id="overhead",
-        prompts=Path("<generated>"),
-        output_len=output_len,
-        warmup=warmup,
-        repeats=1,
-        api=cell.api,
-        reuse_prefix_cache=True,
-    )  # type: ignore[arg-type]
+    # Validated like a deployment file's workload: --apis is free text until here.
+    workload = Workload.model_validate(
+        {
+            "id": "overhead",
+            "prompts": Path("<generated>"),
+            "output_len": output_len,
+            "warmup": warmup,
+            "repeats": 1,
+            "api": cell.api,
+            "reuse_prefix_cache": True,
+        }
+    )
     result = measure(emu.url, workload, prompt_set(requests), concurrency=cell.concurrency, gpu=gpu)
     used = range(first_index, first_index + warmup + requests)
     truths = plan_truths(config, cell.spec, used, output_len)
     sends = emu.send_times()
-    measured = [s for s in result.samples if s.decode_tok_s]
-    errors = tuple(s.decode_tok_s / truth_of(s, truths) - 1 for s in measured)
-    meter_errors = tuple(s.decode_tok_s / realised_rate(s, sends) - 1 for s in measured)
+    measured = [(s, s.decode_tok_s) for s in result.samples if s.decode_tok_s]
+    errors = tuple(rate / truth_of(s, truths) - 1 for s, rate in measured)
+    meter_errors = tuple(rate / realised_rate(s, sends) - 1 for s, rate in measured)
     per_chunk = float(np.mean([s.completion_tokens / len(s.chunks) for s in result.samples]))
     return CellResult(cell, errors, meter_errors, per_chunk), used.stop
 
@@ -238,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target-rate", type=float, default=700.0)
     parser.add_argument("--gpu-probe", action="store_true", help="sample a fake NVML during every cell")
     parser.add_argument("--target", type=float, default=0.01, help="median |relative error| allowed at --target-rate")
+    _docs_table.add_flag(parser)
     args = parser.parse_args(argv)
     rates = [float(r) for r in args.rates.split(",")]
     apis = args.apis.split(",")
@@ -255,13 +265,13 @@ def main(argv: list[str] | None = None) -> int:
             with tempfile.TemporaryDirectory() as tmp, emulator(config, spec, Path(tmp) / "sends.jsonl") as emu:
                 index = 0
                 for api in apis:
-                    for c in levels:
-                        cell = Cell(spec, rate, api, c)
+                    for concurrency in levels:
+                        cell = Cell(spec, rate, api, concurrency)
                         res, index = run_cell(emu, config, cell, index, args.requests, args.output_len, gpu)
                         results.append(res)
                         print(f"  {cell}: median |error| {res.median_abs:.3%}", file=sys.stderr)
 
-    command = " ".join(["python", "bench/meter_overhead.py", *(argv if argv is not None else sys.argv[1:])])
+    command = _docs_table.command(__file__, argv)
     print(
         f"`{command}` ({os.cpu_count()} CPUs, output_len {args.output_len}, {args.requests} requests per cell, "
         f"emulator noise_cv=0, spec: {SPEC_STEPS} steps, accept_prob {ACCEPT_PROB}"
@@ -286,4 +296,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_docs_table.run_script(__file__, main))

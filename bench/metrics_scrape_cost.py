@@ -22,13 +22,19 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 
-import tiny_cpu
 from sglperf.measure.meter import measure
 from sglperf.measure.server_scrape import MetricsWatch
 from sglperf.sglang.metrics_catalogue import METRICS_PATH
+
+if TYPE_CHECKING:  # mypy resolves the modules beside this script from the repository root
+    from bench import _docs_table, tiny_cpu
+else:  # `python bench/<script>.py` puts bench/ itself on the path
+    import _docs_table
+    import tiny_cpu
 
 CONDITIONS: tuple[tuple[str, float | None], ...] = (("off", None), ("every 1 s (the suite)", 1.0), ("every 0.1 s", 0.1))
 
@@ -39,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--blocks", type=int, default=4, help="blocks per condition, interleaved")
     parser.add_argument("--reads", type=int, default=50, help="reads of an idle server's /metrics")
     parser.add_argument("--output-len", type=int, default=512, help="tokens per request: rounds of seconds")
+    _docs_table.add_flag(parser)
     args = parser.parse_args(argv)
     python, _ = tiny_cpu.set_up()
     deployment = tiny_cpu.deployment()
@@ -67,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
                     reads_per_round[label].append(result.server_scrapes / len(result.rounds))
                 tiny_cpu.progress(f"block {block + 1}/{args.blocks} {label}: done")
 
-    command = " ".join(["python", "bench/metrics_scrape_cost.py", *(argv if argv is not None else sys.argv[1:])])
+    command = _docs_table.command(__file__, argv)
     cuts = statistics.quantiles(latency_ms, n=10)
     print(
         f"`{command}` (real SGLang {tiny_cpu.SGLANG_VERSION} CPU server, tiny Qwen3 plain, decode-chat: "
@@ -91,4 +98,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_docs_table.run_script(__file__, main))

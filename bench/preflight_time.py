@@ -16,6 +16,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # mypy resolves the modules beside this script from the repository root
+    from bench import _docs_table
+else:  # `python bench/<script>.py` puts bench/ itself on the path
+    import _docs_table
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -29,12 +35,13 @@ def _time(cmd: list[str], env: dict[str, str]) -> float:
     return elapsed
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sglang", default="0.5.23")
     parser.add_argument("--deployment", default="deployments/qwen36.toml")
     parser.add_argument("--runs", type=int, default=5)
-    args = parser.parse_args()
+    _docs_table.add_flag(parser)
+    args = parser.parse_args(argv)
     sglperf = str(Path(sys.executable).with_name("sglperf"))
     cmd = [sglperf, "preflight", args.deployment, "--sglang", args.sglang]
     cold, warm = [], []
@@ -47,7 +54,8 @@ def main() -> None:
     print("| cache | median s | min s | max s |\n|---|---:|---:|---:|")
     for name, xs in (("cold (SGLang imported, all variants resolved)", cold), ("warm (served from cache)", warm)):
         print(f"| {name} | {statistics.median(xs):.2f} | {min(xs):.2f} | {max(xs):.2f} |")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(_docs_table.run_script(__file__, main))

@@ -20,12 +20,18 @@ import math
 import sys
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from sglperf.baselines.sequential import DEFAULT_FUTILITY, DEFAULT_MIN_ROUNDS, SequentialPlan
 from sglperf.baselines.stats import DEFAULT_ALPHA, DEFAULT_SAMPLES
 from sglperf.model.metrics import METRICS, Direction, MetricOutcome
+
+if TYPE_CHECKING:  # mypy resolves the modules beside this script from the repository root
+    from bench import _docs_table
+else:  # `python bench/<script>.py` puts bench/ itself on the path
+    import _docs_table
 
 CVS = (0.01, 0.02, 0.05)
 DROPS = (0.03, 0.05, 0.10)
@@ -80,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="false alarms over all looks")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--metric", default="decode_tok_s", choices=sorted(METRICS))
+    _docs_table.add_flag(parser)
     args = parser.parse_args(argv)
     plan = SequentialPlan(
         min_rounds=args.min_rounds, max_rounds=args.max_rounds, alpha=args.alpha, futility=args.futility
@@ -144,4 +151,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_docs_table.run_script(__file__, main))

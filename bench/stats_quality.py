@@ -8,7 +8,7 @@ independently, each with ``--samples`` samples (default ``DEFAULT_SAMPLES``).
 for a lower-is-better one. The outlier column keeps the current run unchanged but
 makes one of its samples a stall (x0.7 throughput, or /0.7 latency).
 
-Prints a markdown table for the README, headed by the command that reproduces it;
+Prints a markdown table for docs/benchmarks.md, headed by the command that reproduces it;
 for a higher-is-better metric, exits 1 if the targets (at 2% CV: false alarms <= 1%,
 5% drop detected >= 95%) are missed.
 """
@@ -20,11 +20,17 @@ import math
 import sys
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from sglperf.baselines.stats import DEFAULT_ALPHA, DEFAULT_SAMPLES, compare_samples
 from sglperf.model.metrics import METRICS, Direction, MetricOutcome
+
+if TYPE_CHECKING:  # mypy resolves the modules beside this script from the repository root
+    from bench import _docs_table
+else:  # `python bench/<script>.py` puts bench/ itself on the path
+    import _docs_table
 
 CVS = (0.01, 0.02, 0.05)
 DROPS = (0.03, 0.05, 0.10)
@@ -79,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--metric", default="decode_tok_s", choices=sorted(METRICS))
     parser.add_argument("--threshold", type=float, default=None, help="override the metric's default")
     parser.add_argument("--alpha", type=float, default=None, help=f"override the default ({DEFAULT_ALPHA})")
+    _docs_table.add_flag(parser)
     args = parser.parse_args(argv)
     settings = Settings(args.metric, args.samples, args.trials, args.threshold, args.alpha)
     threshold = METRICS[args.metric].default_threshold if args.threshold is None else args.threshold
@@ -134,4 +141,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_docs_table.run_script(__file__, main))

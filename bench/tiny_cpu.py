@@ -15,7 +15,7 @@ from pathlib import Path
 from sglperf.measure.prompts import PromptSet, load_prompts
 from sglperf.model.deployment import Deployment, Workload, load
 from sglperf.session import LiveOptions, LiveSession, PreflightSession
-from sglperf.session.live_session import RunningVariant
+from sglperf.session.running import RunningVariant
 from sglperf.sglang import envs
 from sglperf.testing import tiny_models
 

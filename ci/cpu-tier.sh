@@ -21,7 +21,7 @@ export SGLPERF_EXAMPLE_DEPLOYMENT=tiny-cpu
   --junit-xml=results/cpu-tier-record.xml "$@"
 # 2. the measurements again, compared with those baselines; the CPU-server tests and the emulator contract
 exec .venv/bin/pytest deployments/tiny-cpu.toml deployments/tiny-cpu-mtp.toml deployments/tiny-cpu-native.toml examples \
-  tests/test_cpu_server.py tests/test_emulator_contract.py -m "measure or needs_sglang" \
+  tests/sglang/test_cpu_server.py tests/sglang/test_emulator_contract.py -m "measure or needs_sglang" \
   -k "not examples or torch-compile" \
   --sglang-version=0.5.23 -p no:cacheprovider --baselines-dir="$baselines" \
   --junit-xml=results/cpu-tier.xml "$@"

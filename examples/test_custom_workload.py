@@ -5,18 +5,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
-from sglperf.model.deployment import Workload
-from sglperf.model.measurement import MeasurementRecord
-from sglperf.plugin import assert_baseline
+from sglperf import MeasurementRecord, Workload, assert_baseline
 
 DEPLOYMENT = os.environ.get("SGLPERF_EXAMPLE_DEPLOYMENT", "qwen36")
 
 SHORT_ANSWERS = Workload(
     id="short-answers",
-    prompts="../data/prompts/chat.jsonl",  # relative to the deployment file, like [[workloads]]
+    prompts=Path("../data/prompts/chat.jsonl"),  # relative to the deployment file, like [[workloads]]
     max_prompts=2,
     output_len=int(os.environ.get("SGLPERF_EXAMPLE_OUTPUT_LEN", "64")),
     concurrency=[1],

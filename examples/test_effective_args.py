@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from sglperf.session.handles import EffectiveArgsView, ServerHandle
+from sglperf import EffectiveArgsView, ServerHandle
 
 DEPLOYMENT = os.environ.get("SGLPERF_EXAMPLE_DEPLOYMENT", "qwen36")
 

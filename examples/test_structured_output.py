@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from sglperf.session.handles import ServerHandle
+from sglperf import ServerHandle
 
 DEPLOYMENT = os.environ.get("SGLPERF_EXAMPLE_DEPLOYMENT", "qwen36")
 SCHEMA = {

@@ -1,23 +1,32 @@
-"""Shared fixtures for sglperf's own tests."""
+"""Shared fixtures for sglperf's own tests, and the layout by cost that keeps the fast tier fast:
+
+* tests/unit: logic in this process only; the fast tier (`pytest tests/unit`);
+* tests/integration: no real SGLang, but the emulator, pytest runs of the plugin, subprocesses,
+  sockets or PostgreSQL;
+* tests/sglang: a real SGLang, a managed release environment or the server on this CPU.
+
+`-m "not needs_sglang"` selects unit and integration together: everything under tests/sglang is marked.
+"""
 
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from sglperf.sglang import envs
 
-ROOT = Path(__file__).resolve().parent.parent
-QWEN36 = ROOT / "deployments" / "qwen36.toml"
-QWEN36_CONFIG = ROOT / "models" / "qwen3.6-27b" / "config.json"
-# One release of each family the suite must handle: booleans (0.5.10-0.5.13), backend config (0.5.14+).
-OLD_SGLANG = "0.5.13"
-NEW_SGLANG = "0.5.23"
+from .support.postgres_server import Postgres
+from .support.project import ROOT, SglangPython, make_project
+
+TESTS = ROOT / "tests"
+SGLANG_TESTS = TESTS / "sglang"
+UNIT_TESTS = TESTS / "unit"
+INTEGRATION_TESTS = TESTS / "integration"
+# Fixtures a unit test may not ask for: each starts something (a pytest run, a database server).
+NOT_IN_UNIT = ("pytester", "postgres")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -27,13 +36,36 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    misplaced: list[str] = []
     for item in items:
-        if Path(str(item.path)).is_relative_to(ROOT / "tests"):
+        path = Path(str(item.path))
+        if path.is_relative_to(TESTS):
             item.add_marker(pytest.mark.selftest)
-        # The fast tier is `-m "not needs_sglang"`: whatever needs a real SGLang environment (directly
-        # or through a fixture that does) is marked here, so a new test cannot slip into it by mistake.
-        if "sglang_python" in getattr(item, "fixturenames", ()):
+        # Whatever needs a real SGLang environment (directly or through a fixture that does) is marked
+        # here, so that `-m "not needs_sglang"` stays the unit and integration folders together.
+        fixtures = getattr(item, "fixturenames", ())
+        if "sglang_python" in fixtures or path.is_relative_to(SGLANG_TESTS):
             item.add_marker(pytest.mark.needs_sglang)
+        misplaced += _misplaced(item, path, fixtures)
+    # Collection fails rather than the test: a costly test in a fast folder would otherwise pass
+    # unnoticed, and slow every run of that folder from then on.
+    if misplaced:
+        raise pytest.UsageError("tests in the wrong folder for their cost:\n  " + "\n  ".join(misplaced))
+
+
+def _misplaced(item: pytest.Item, path: Path, fixtures: tuple[str, ...] | list[str]) -> list[str]:
+    if not (path.is_relative_to(UNIT_TESTS) or path.is_relative_to(INTEGRATION_TESTS)):
+        return []
+    if item.get_closest_marker("needs_sglang") is not None:
+        why = "uses sglang_python" if "sglang_python" in fixtures else "is marked needs_sglang"
+        return [f"{item.nodeid}: {why} (a real SGLang): move it to tests/sglang"]
+    if path.is_relative_to(UNIT_TESTS):
+        return [
+            f"{item.nodeid}: uses the {name} fixture: move it to tests/integration"
+            for name in NOT_IN_UNIT
+            if name in fixtures
+        ]
+    return []
 
 
 @pytest.fixture(autouse=True)
@@ -46,7 +78,7 @@ def own_history_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture(scope="session")
-def sglang_python():
+def sglang_python() -> SglangPython:
     """Interpreter of the managed environment for a release, built on first use (minutes, once)."""
 
     def get(version: str) -> str:
@@ -55,32 +87,15 @@ def sglang_python():
     return get
 
 
-def make_project(root: Path, deployment_text: str | None = None) -> Path:
-    """A folder laid out like the repository: deployments/qwen36.toml, models/, data/prompts/."""
-    (root / "deployments").mkdir(exist_ok=True)
-    (root / "models" / "qwen3.6-27b").mkdir(parents=True, exist_ok=True)
-    shutil.copy(QWEN36_CONFIG, root / "models" / "qwen3.6-27b" / "config.json")
-    shutil.copytree(ROOT / "data" / "prompts", root / "data" / "prompts", dirs_exist_ok=True)
-    if deployment_text is not None:
-        (root / "deployments" / "qwen36.toml").write_text(deployment_text)
-    return root
-
-
-def with_workloads(text: str) -> str:
-    """A deployment text with its [[workloads]] replaced (fast ones for emulator tests)."""
-    start = QWEN36.read_text().index("# Workloads for the measurement tier.")
-    return QWEN36.read_text()[:start] + text
-
-
 @pytest.fixture
 def deployment_dir(tmp_path: Path) -> Path:
     return make_project(tmp_path)
 
 
 @pytest.fixture(scope="session")
-def postgres() -> Iterator[Any]:
-    """A real PostgreSQL server for this test session (tests/postgres_server.py)."""
-    from .postgres_server import binaries, started
+def postgres() -> Iterator[Postgres]:
+    """A real PostgreSQL server for this test session (tests/support/postgres_server.py)."""
+    from .support.postgres_server import binaries, started
 
     bin_dir = binaries()
     if bin_dir is None:

@@ -12,6 +12,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "src" / "sglperf"
 
 # Lower numbers are lower layers; a package may import its own modules and any lower layer.
 LAYERS = {
+    "errors": -1,  # the root of explained errors, under everything: every layer raises or catches it
     "model": 0,  # plain data
     "sglang": 1,  # SGLang's spelling per release, environments, model sizes
     "judge": 2,  # verdicts from effective args, live evidence, drift
@@ -26,9 +27,10 @@ LAYERS = {
     "plugin": 8,  # pytest, a thin layer
     "cli": 8,  # the command, a thin layer
 }
-# The test double may use plain data and SGLang's spelling, nothing that would make it agree with
-# sglperf's own reading of a server by construction.
-TESTING_MAY_IMPORT = {"model", "sglang", "testing"}
+# The test double may use plain data, SGLang's spelling and the error root (its configuration errors are
+# explained like sglperf's), nothing that would make it agree with sglperf's own reading of a server by
+# construction.
+TESTING_MAY_IMPORT = {"errors", "model", "sglang", "testing"}
 
 
 def _modules() -> dict[str, Path]:

@@ -8,16 +8,18 @@ import json
 import os
 import sys
 import time
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import get_args
 
 from sglperf import history, preflight, upgrade
 from sglperf.baselines import regression, store
+from sglperf.errors import SglperfError
 from sglperf.history import compare, ingest
 from sglperf.history.records import StoredRun
 from sglperf.history.results_folder import ResultsError
-from sglperf.model.deployment import CpuKernel, Deployment, DeploymentError, discover
+from sglperf.model.deployment import CpuKernel, Deployment, discover
 from sglperf.model.files import os_problem, read_input
 from sglperf.reporting import markdown
 from sglperf.reporting.console import verdict_json, verdict_table
@@ -26,10 +28,20 @@ from sglperf.sglang import envs
 from sglperf.sglang.intents import ParserInfo
 
 DEFAULT_DEPLOYMENTS = "deployments"
+EXIT_CHECK_FAILED = 1
+EXIT_BAD_INPUT = 2  # argparse's own code for a usage error, kept for every explained error
+EXIT_BUG = 3
 EXIT_BROKEN_PIPE = 128 + 13  # what a shell reports for a tool ended by SIGPIPE
+EXIT_CODES = f"""exit codes:
+  0    done (and every check passed)
+  {EXIT_CHECK_FAILED}    done, with a failure to report: a verdict, a breaking upgrade, a folder not imported,
+       an environment not built
+  {EXIT_BAD_INPUT}    an error sglperf explains in one line (bad input, an unusable file, server or store)
+  {EXIT_BUG}    a bug in sglperf: the traceback follows, please report it
+  {EXIT_BROKEN_PIPE}  the reader of the output went away (`sglperf ... | head`)"""
 
 
-class UsageError(ValueError):
+class UsageError(SglperfError, ValueError):
     """Bad input on the command line; the message says which option and what is allowed."""
 
 
@@ -86,7 +98,7 @@ def cmd_preflight(args: argparse.Namespace) -> int:
     verdicts = [v for check in checks for v in check.verdicts]
     print(verdict_json(verdicts) if args.json else verdict_table(verdicts))
     _say(f"preflight took {time.perf_counter() - started:.1f} s")
-    return 1 if any(v.status.failed for v in verdicts) else 0
+    return EXIT_CHECK_FAILED if any(v.status.failed for v in verdicts) else 0
 
 
 def cmd_upgrade_check(args: argparse.Namespace) -> int:
@@ -102,7 +114,7 @@ def cmd_upgrade_check(args: argparse.Namespace) -> int:
     report = upgrade.compare_releases(old_version, new_version, old_parser, new_parser, old_checks, new_checks)
     print(json.dumps(report.to_record(), indent=2, sort_keys=True) if args.json else upgrade.render(report))
     _say(f"upgrade-check took {time.perf_counter() - started:.1f} s")
-    return 1 if report.breaking else 0
+    return EXIT_CHECK_FAILED if report.breaking else 0
 
 
 def cmd_baseline(args: argparse.Namespace) -> int:
@@ -125,7 +137,7 @@ def cmd_baseline(args: argparse.Namespace) -> int:
         return 0
     if len(args.files) != 2:
         _say("sglperf baseline diff OLD NEW: two baseline files (e.g. `git show HEAD~1:PATH > old.json`)")
-        return 2
+        return EXIT_BAD_INPUT
     old, new = (store.load(Path(f)) for f in args.files)
     for key in sorted(set(old.entries) | set(new.entries)):
         if key not in new.entries:
@@ -182,7 +194,7 @@ def cmd_history(args: argparse.Namespace) -> int:
                     added = store.add_run(run)
                     state = "added" if added else "already stored, left as it is"
                     print(f"{run.identity.run_id} {run.identity.recorded_at} {given}: {state}")
-            return 1 if failed else 0
+            return EXIT_CHECK_FAILED if failed else 0
         if args.action == "export":
             for line in store.export_lines():
                 print(line)
@@ -204,6 +216,10 @@ def _runs_in(path: Path) -> list[StoredRun]:
         text = read_input(path).decode()
     except OSError as exc:
         raise ResultsError(f"{path}: cannot read it: {os_problem(exc)}") from None
+    except UnicodeDecodeError as exc:
+        raise ResultsError(
+            f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}): give a file of `sglperf history export`"
+        ) from None
     return [ingest.from_export_line(line, f"{path}:{n}") for n, line in enumerate(text.splitlines(), 1) if line.strip()]
 
 
@@ -242,7 +258,7 @@ def cmd_env(args: argparse.Namespace) -> int:
             if not ready:
                 cpu = f" --cpu {args.cpu}" if args.cpu else ""
                 _say(f"SGLang {version}{cpu} environment is not built; run `sglperf env build {version}{cpu}`")
-                return 1
+                return EXIT_CHECK_FAILED
             print(env.python)
     else:
         for env in envs.list_envs():
@@ -277,7 +293,9 @@ def cmd_shm(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="sglperf", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="sglperf", description=__doc__, epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("preflight", help="what SGLang will actually do with each variant's flags (no GPU needed)")
@@ -363,16 +381,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())
         return EXIT_BROKEN_PIPE
-    except (
-        DeploymentError,
-        preflight.PreflightError,
-        envs.EnvBuildError,
-        store.BaselineError,
-        history.HistoryError,
-        ValueError,
-    ) as exc:
+    except SglperfError as exc:
         _say(f"sglperf: {exc}")
-        return 2
+        return EXIT_BAD_INPUT
+    except Exception:
+        # Not an explained error: a bug. Saying "bad input" would send the user to fix what is not broken.
+        _say("sglperf: unexpected error, a bug in sglperf: please report it with this traceback")
+        traceback.print_exc(file=sys.stderr)
+        return EXIT_BUG
 
 
 if __name__ == "__main__":

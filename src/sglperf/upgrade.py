@@ -100,8 +100,8 @@ def flag_changes(
     """Flags the deployments use on the old release, plus every spelling the intents know."""
     users: dict[str, set[str]] = {}
     for check in old_checks:
-        if check.plan is not None:
-            for flag in _flags_of(check.plan.argv):
+        if check.launch is not None:
+            for flag in _flags_of(check.launch.argv):
                 users.setdefault(old.canonical(flag) or flag, set()).add(f"{check.deployment.key}/{check.variant.id}")
     for intent in INTENTS.values():
         for flag in intent.known_flags:

@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sglperf.judge import batch_evidence
+from sglperf.model.batch_evidence import BatchEvidence
 from sglperf.model.intent_names import DECODE_CUDA_GRAPH, PREFILL_CUDA_GRAPH
 from sglperf.sglang.batch_log import decode_log_interval_for, parse_batch_line, parse_batch_lines
 from sglperf.testing.emulator.console import decode_batch_line, prefill_batch_line
@@ -98,7 +99,7 @@ def test_every_request_of_the_shortest_output_logs_decode_lines(output: int, per
         assert output // per_step // interval >= 4
 
 
-def _evidence(variant: str) -> batch_evidence.BatchEvidence:
+def _evidence(variant: str) -> BatchEvidence:
     return batch_evidence.collect("server.log", {0: recorded()[variant]}, 40)
 
 

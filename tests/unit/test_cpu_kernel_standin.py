@@ -8,7 +8,7 @@ from sglperf.sglang import cpu_kernel_standin
 
 
 def test_any_op_can_be_imported_and_fails_naming_itself_when_called() -> None:
-    from sglperf.sglang.cpu_kernel_standin import copy_all_layer_kv_cache_cpu  # type: ignore[attr-defined]
+    from sglperf.sglang.cpu_kernel_standin import copy_all_layer_kv_cache_cpu
 
     with pytest.raises(cpu_kernel_standin.StandInKernelError, match=r"sgl_kernel\.copy_all_layer_kv_cache_cpu was"):
         copy_all_layer_kv_cache_cpu(1, 2, key=3)

@@ -259,20 +259,6 @@ def test_choose_python_falls_back_to_the_newest_ready_release(monkeypatch: pytes
     assert said == [f"no SGLang in {sys.executable}: using the managed SGLang 0.5.13 ({newest.python})"]
 
 
-def test_a_failed_step_names_it_with_the_output_tail_without_index_warnings() -> None:
-    said: list[str] = []
-    script = (
-        "import sys; print('\\n'.join(f'line {i}' for i in range(40)));"
-        "print('WARNING: Location x is ignored', file=sys.stderr); sys.exit(3)"
-    )
-    with pytest.raises(envs.EnvBuildError) as info:
-        envs._run([sys.executable, "-c", script], "install light requirements", said.append)
-    assert str(info.value) == "install light requirements failed (exit 3):\n" + "\n".join(
-        f"line {i}" for i in range(32, 40)
-    )
-    assert said == [f"  install light requirements: {sys.executable} -c {script} ..."]
-
-
 ZEN4 = "processor\t: 0\nflags\t\t: fpu sse avx2 avx512f avx512dq avx512cd avx512bw avx512vl avx512_bf16\n"
 SAPPHIRE_RAPIDS = ZEN4.replace("avx512_bf16", "avx512_bf16 amx_bf16 amx_tile amx_int8")
 HASWELL = "flags\t\t: fpu sse avx2 fma\n"

@@ -1,15 +1,11 @@
-"""The busy-host check: its arithmetic (Hypothesis), and Linux's real counters around real processes."""
+"""The busy-host check: its arithmetic (Hypothesis), and Linux's real counters on a quiet round (around
+real processes: tests/integration/test_foreign_processes.py)."""
 
 from __future__ import annotations
 
 import argparse
 import math
-import subprocess
-import sys
-import time
-from collections.abc import Iterator
 
-import psutil
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -17,7 +13,6 @@ from hypothesis import strategies as st
 from sglperf.model.host_load import HostLoad, HostLoadSummary
 from sglperf.plugin import _share
 from sglperf.runtime import host_probe
-from sglperf.testing.neighbours import foreign_spinners
 
 seconds = st.floats(min_value=0.0, max_value=100.0, allow_nan=False)
 shares = st.floats(min_value=0.01, max_value=1.0, allow_nan=False)
@@ -67,66 +62,6 @@ def test_summary_says_how_many_rounds_were_run_again_and_the_busiest() -> None:
 # --- the real counters (Linux) ---
 
 linux_only = pytest.mark.skipif(host_probe.available() is not None, reason=str(host_probe.available()))
-
-
-def _spin(seconds: float) -> None:
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        pass
-
-
-@pytest.fixture
-def foreign_spinner() -> Iterator[psutil.Process]:
-    with foreign_spinners(1) as (spinner,):
-        yield spinner
-
-
-def _others_cpu() -> float:
-    ours = {p.pid for p in (psutil.Process(), *psutil.Process().children(recursive=True))}
-    total = 0.0
-    for proc in psutil.process_iter():
-        if proc.pid in ours:
-            continue
-        try:
-            t = proc.cpu_times()
-            total += t.user + t.system
-        except psutil.Error:
-            continue
-    return total
-
-
-@linux_only
-def test_our_own_work_and_our_childrens_is_not_foreign() -> None:
-    # Other processes may run meanwhile (an xdist sibling, say): foreign is compared with what they
-    # used, so the test holds on a busy box too; 0.4 s covers others that exit within the window
-    # (their time leaves the per-process sum). Counting our 1.2 CPU-seconds would break it.
-    child = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    try:
-        probe = host_probe.HostProbe()
-        others_before = _others_cpu()
-        probe.start()
-        _spin(0.6)
-        load = probe.stop()
-        others = _others_cpu() - others_before
-    finally:
-        child.kill()
-        child.wait()
-    assert load.foreign_cpu_s <= others + load.slack_cpu_s + 0.4, (load, others)
-    assert load.wall_s == pytest.approx(0.6, abs=0.1) and load.cpus == psutil.cpu_count()
-
-
-@linux_only
-def test_a_busy_process_that_is_not_ours_is_foreign_and_named(foreign_spinner: psutil.Process) -> None:
-    probe = host_probe.HostProbe()
-    spun_before = sum(foreign_spinner.cpu_times()[:2])
-    probe.start()
-    time.sleep(0.8)
-    load = probe.stop()
-    spun = sum(foreign_spinner.cpu_times()[:2]) - spun_before
-    assert spun > 0.4  # it had a CPU for most of the window
-    assert load.foreign_cpu_s >= spun - load.slack_cpu_s, (load, spun)
-    assert load.disturbed(limit=0.5 * spun / load.capacity_cpu_s)
-    assert f"pid {foreign_spinner.pid}" in probe.busiest_others(interval_s=0.3)
 
 
 @linux_only

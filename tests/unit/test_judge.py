@@ -1,10 +1,10 @@
-"""`sglperf.judge.intent` and `sglperf.judge.drift` on hand-built effective args (no SGLang)."""
+"""`sglperf.judge.intent` and `sglperf.judge.divergence` on hand-built effective args (no SGLang)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from sglperf.judge import drift as drift_mod
+from sglperf.judge import divergence as divergence_mod
 from sglperf.judge.intent import MAX_REASONS, explain, is_about, judge, judge_error
 from sglperf.model.resolution import EffectiveArgs, LogLine, ModelFacts, SGLangError, Write
 from sglperf.model.verdict import Status
@@ -288,16 +288,16 @@ def test_caveats_travel_with_the_verdict() -> None:
     assert v.to_record()["caveats"] == [caveat]
 
 
-# -- drift ----------------------------------------------------------------------------------------
+# -- divergence ----------------------------------------------------------------------------------------
 
 
-def test_drift_ignores_launch_specific_fields_and_fields_only_one_side_has() -> None:
+def test_divergence_ignores_launch_specific_fields_and_fields_only_one_side_has() -> None:
     live = {"port": 30001, "host": "0.0.0.0", "random_seed": 7, "chunked_prefill_size": 8192, "only_live": 1}
     predicted = {"port": 30000, "host": "127.0.0.1", "random_seed": 1, "chunked_prefill_size": 8192, "only_pred": 2}
-    assert drift_mod.drift(live, predicted) == drift_mod.Drift((), ())
+    assert divergence_mod.divergence(live, predicted) == divergence_mod.Divergence((), ())
 
 
-def test_drift_separates_intent_fields_from_other_fields() -> None:
+def test_divergence_separates_intent_fields_from_other_fields() -> None:
     live = {
         "cuda_graph_config": graph_config("disabled"),
         "speculative_num_steps": 3,
@@ -312,15 +312,15 @@ def test_drift_separates_intent_fields_from_other_fields() -> None:
         "attention_backend": "fa3",
         "port": 2,
     }
-    d = drift_mod.drift(live, predicted)
+    d = divergence_mod.divergence(live, predicted)
     assert d.intent_fields == ("cuda_graph_config", "speculative_num_steps")
     assert d.other_fields == ("chunked_prefill_size",)
 
 
-def test_drift_describe_shows_prediction_and_live_value_intent_fields_first() -> None:
+def test_divergence_describe_shows_prediction_and_live_value_intent_fields_first() -> None:
     live = {"chunked_prefill_size": 4096, "enable_single_batch_overlap": False, "big": "x" * 1000}
     predicted = {"chunked_prefill_size": 8192, "enable_single_batch_overlap": True, "big": "y"}
-    d = drift_mod.drift(live, predicted)
+    d = divergence_mod.divergence(live, predicted)
     lines = d.describe(live, predicted)
     assert lines[0] == "enable_single_batch_overlap: predicted True, live False"
     assert lines[1].startswith("big: predicted 'y', live 'xxx")

@@ -14,7 +14,7 @@ from sglperf.model.verdict import Status, Verdict
 from sglperf.sglang.intents import SpeculativeSettings
 from sglperf.sglang.modelsize import model_size
 
-from ..conftest import QWEN36_CONFIG
+from ..support.project import QWEN36_CONFIG
 
 CONFIG: dict[str, Any] = json.loads(QWEN36_CONFIG.read_text())
 TP = 2

@@ -1,21 +1,15 @@
 """The server's own metrics: a real SGLang 0.5.23 /metrics answer parsed, per-round series (Hypothesis),
-what "moved beyond noise" names, and the scraper against a live HTTP server that misbehaves."""
+and what "moved beyond noise" names (the scraper against a live server: tests/integration/test_server_scrape.py)."""
 
 from __future__ import annotations
 
-import asyncio
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-import httpx
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from sglperf.baselines.server_moves import baseline_series, moved_series
-from sglperf.measure.server_scrape import MetricsWatch, RoundScraper
 from sglperf.model.server_metrics import ServerMetricsRecord, ServerScrape, round_series
 from sglperf.sglang.metrics_catalogue import WATCHED, ExpositionError, parse_exposition
 
@@ -100,65 +94,3 @@ def test_overlapping_rounds_did_not_move_even_when_the_median_did() -> None:
 
 def test_a_baseline_keeps_the_watched_series_only() -> None:
     assert baseline_series({RETRACTED: [0.0], "sglang:http_requests_total": [3.0]}) == {RETRACTED: [0.0]}
-
-
-class _Metrics(BaseHTTPRequestHandler):
-    answers: list[tuple[int, str]] = []
-
-    def do_GET(self) -> None:
-        status, body = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
-        data = body.encode()
-        self.send_response(status)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-@pytest.fixture
-def metrics_server() -> Iterator[tuple[str, type[_Metrics]]]:
-    handler = type("Handler", (_Metrics,), {"answers": []})
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}", handler
-    httpd.shutdown()
-
-
-def _one_round(url: str, work_s: float = 0.0) -> tuple[dict[str, float] | None, RoundScraper]:
-    async def run() -> tuple[dict[str, float] | None, RoundScraper]:
-        async with httpx.AsyncClient(base_url=url) as http:
-            scraper = RoundScraper(http, MetricsWatch(frozenset({RETRACTED}), interval_s=0.05), 5.0)
-            await scraper.around(asyncio.sleep(work_s))
-            return scraper.take_round(), scraper
-
-    return asyncio.run(run())
-
-
-def test_a_round_reads_before_during_and_after(metrics_server: tuple[str, type[_Metrics]]) -> None:
-    url, handler = metrics_server
-    handler.answers = [
-        (200, "# TYPE sglang:num_queue_reqs gauge\nsglang:num_queue_reqs 0\n"),
-        (200, "# TYPE sglang:num_queue_reqs gauge\nsglang:num_queue_reqs 7\n"),
-        (200, "# TYPE sglang:num_queue_reqs gauge\nsglang:num_queue_reqs 0\n"),
-    ]
-    series, scraper = _one_round(url, work_s=0.3)
-    assert series is not None and series["sglang:num_queue_reqs:max"] == 7.0
-    assert series[RETRACTED] == 0.0
-    assert scraper.scrapes >= 3 and scraper.problem is None
-
-
-@pytest.mark.parametrize(
-    ("status", "body", "problem"),
-    [(404, "Not Found", "HTTP 404 (Not Found)"), (200, "sglang:x{ 1\n", "not Prometheus text")],
-)
-def test_a_server_that_does_not_answer_costs_the_series_only(
-    metrics_server: tuple[str, type[_Metrics]], status: int, body: str, problem: str
-) -> None:
-    url, handler = metrics_server
-    handler.answers = [(status, body)]
-    series, scraper = _one_round(url)
-    assert series is None
-    assert scraper.problem is not None and problem in scraper.problem and url in scraper.problem

@@ -14,7 +14,7 @@ from sglperf.preflight.check import VariantCheck
 from sglperf.sglang.flags import LaunchPlan
 from sglperf.sglang.intents import Option, ParserInfo
 
-from ..conftest import QWEN36
+from ..support.project import QWEN36
 
 OLD, NEW = "0.5.13", "0.5.23"
 SPECULATIVE_FLAGS = (

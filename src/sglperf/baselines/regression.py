@@ -95,6 +95,66 @@ def compare_entry(
     return results
 
 
+@dataclass(frozen=True)
+class BaselineLookup:
+    """One measurement's stored baseline, read once before its first round: the sequential plan tests
+    against ``entry`` while the rounds run, and the verdict compares with the same entry after them.
+    ``entry`` is None when there is nothing to compare with, and ``status``/``problem`` say why."""
+
+    path: Path
+    key: str
+    baseline: store.Baseline | None = None
+    entry: store.Entry | None = None
+    skip: tuple[str, ...] = ()  # metrics not compared (weight-dependent, with dummy weights on either side)
+    status: BaselineStatus = BaselineStatus.COMPARED
+    problem: str = ""  # the verdict's line when entry is None
+    why_not_sequential: str = ""  # the same, said as the reason the full round budget runs
+
+
+def look_up(path: Path, prov: Provenance, key: str, record_command: str) -> BaselineLookup:
+    """The baseline entry ``key`` at ``path`` as comparable with a run of ``prov``, read once."""
+    try:
+        stored = store.load(path)
+    except store.BaselineMissing as exc:
+        return BaselineLookup(
+            path,
+            key,
+            status=BaselineStatus.MISSING,
+            problem=f"no baseline for {key} at {path}; record it with: {record_command}",
+            why_not_sequential=f"no usable baseline ({exc.problem})",
+        )
+    except store.BaselineError as exc:
+        return BaselineLookup(
+            path,
+            key,
+            status=BaselineStatus.UNREADABLE,
+            problem=str(exc),
+            why_not_sequential=f"no usable baseline ({exc.problem})",
+        )
+    entry = stored.entries.get(key)
+    if entry is None:
+        return BaselineLookup(
+            path,
+            key,
+            stored,
+            status=BaselineStatus.MISSING,
+            problem=f"{path} has no entry {key}; record it with: {record_command}",
+            why_not_sequential=f"the baseline has no entry {key}",
+        )
+    identity = store.identity_problems(stored, prov)
+    if identity:
+        return BaselineLookup(
+            path,
+            key,
+            stored,
+            status=BaselineStatus.MISMATCH,
+            problem=f"baseline {path} is not comparable with this run: {'; '.join(identity)}",
+            why_not_sequential=f"the baseline is not comparable ({'; '.join(identity)})",
+        )
+    skip = WEIGHT_DEPENDENT if prov.dummy_weights or stored.provenance.dummy_weights else ()
+    return BaselineLookup(path, key, stored, entry, skip)
+
+
 def compare_to_baseline(
     path: Path,
     prov: Provenance,
@@ -106,37 +166,37 @@ def compare_to_baseline(
     record_command: str,
     plan: SequentialPlan | None = None,
 ) -> BaselineVerdict:
-    """The comparison against the stored baseline (or why there is none); ``plan``: see compare_entry."""
+    """The comparison against the stored baseline at ``path`` (or why there is none)."""
+    lookup = look_up(path, prov, entry.key, record_command)
+    return judge_against(lookup, prov, entry, thresholds, missing=missing, mismatch=mismatch, plan=plan)
+
+
+def judge_against(
+    lookup: BaselineLookup,
+    prov: Provenance,
+    entry: store.Entry,
+    thresholds: Mapping[str, float],
+    *,
+    missing: str,
+    mismatch: str,
+    plan: SequentialPlan | None = None,
+) -> BaselineVerdict:
+    """The comparison of ``entry`` with the looked-up baseline; ``plan``: see compare_entry.
+
+    ``missing`` and ``mismatch`` are the policies ("fail" or "skip") for a baseline that is absent and
+    one that is not comparable; an unreadable one always fails."""
     verdict = BaselineVerdict()
-    try:
-        stored = store.load(path)
-    except store.BaselineMissing:
-        verdict.not_compared(
-            BaselineStatus.MISSING, f"no baseline for {entry.key} at {path}; record it with: {record_command}", missing
-        )
-        return verdict
-    except store.BaselineError as exc:
-        verdict.not_compared(BaselineStatus.UNREADABLE, str(exc), "fail")
-        return verdict
-    stored_entry = stored.entries.get(entry.key)
-    if stored_entry is None:
-        verdict.not_compared(
-            BaselineStatus.MISSING, f"{path} has no entry {entry.key}; record it with: {record_command}", missing
-        )
-        return verdict
-    identity = store.identity_problems(stored, prov)
-    if identity:
-        verdict.not_compared(
-            BaselineStatus.MISMATCH, f"baseline {path} is not comparable with this run: {'; '.join(identity)}", mismatch
-        )
+    stored, stored_entry, path = lookup.baseline, lookup.entry, lookup.path
+    if stored is None or stored_entry is None:
+        policy = {BaselineStatus.MISSING: missing, BaselineStatus.MISMATCH: mismatch}.get(lookup.status, "fail")
+        verdict.not_compared(lookup.status, lookup.problem, policy)
         return verdict
     verdict.stored_samples = {m: list(v) for m, v in stored_entry.samples.items()}
     verdict.notes += store.context_notes(stored, stored_entry, prov, entry.prompt_digest)
-    skip = WEIGHT_DEPENDENT if prov.dummy_weights or stored.provenance.dummy_weights else ()
     if stored.provenance.dummy_weights and not prov.dummy_weights:
         verdict.notes.append("the baseline was recorded with dummy weights: acceptance not compared")
     try:
-        verdict.comparisons = compare_entry(stored_entry, entry.samples, thresholds, skip, plan)
+        verdict.comparisons = compare_entry(stored_entry, entry.samples, thresholds, lookup.skip, plan)
     except ValueError as exc:  # samples the statistics cannot use; store.load refuses such baselines
         verdict.not_compared(BaselineStatus.UNREADABLE, f"{path} {entry.key}: {exc}", "fail")
         return verdict
@@ -171,23 +231,6 @@ def split_decode_change(stored: Mapping[str, Sequence[float]], current: Mapping[
     return (
         f"decode_tok_s {change['decode_tok_s']:+.1%}: verify steps/s {steps:+.1%}, accept length {accept:+.1%}: {cause}"
     )
-
-
-def comparable_entry(path: Path, prov: Provenance, key: str) -> tuple[store.Entry | None, tuple[str, ...], str]:
-    """What a sequential plan may test against before measuring: (stored entry, metrics to skip, why
-    there is none). The entry is None when the comparison would not happen (missing, mismatch, ...)."""
-    try:
-        stored = store.load(path)
-    except store.BaselineError as exc:
-        return None, (), f"no usable baseline ({exc.problem})"
-    entry = stored.entries.get(key)
-    if entry is None:
-        return None, (), f"the baseline has no entry {key}"
-    identity = store.identity_problems(stored, prov)
-    if identity:
-        return None, (), f"the baseline is not comparable ({'; '.join(identity)})"
-    skip = WEIGHT_DEPENDENT if prov.dummy_weights or stored.provenance.dummy_weights else ()
-    return entry, skip, ""
 
 
 def comparison_record(c: stats.Comparison) -> MetricComparison:

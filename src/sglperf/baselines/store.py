@@ -16,6 +16,7 @@ from pathlib import Path
 from filelock import FileLock
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from sglperf.errors import SglperfError
 from sglperf.model.files import os_problem, read_input, write_text_atomic
 from sglperf.model.measurement import Provenance, SampleSummary
 
@@ -29,7 +30,7 @@ GPU_LIMIT_NOTE_CHANGE = 0.01  # power limits and clocks are set values, not meas
 SIGNIFICANT_DIGITS = 6
 
 
-class BaselineError(ValueError):
+class BaselineError(SglperfError, ValueError):
     """A baseline file that cannot be used; the message names the file and what to do."""
 
     def __init__(self, message: str, problem: str = ""):

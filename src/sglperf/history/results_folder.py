@@ -16,6 +16,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from sglperf.errors import SglperfError
 from sglperf.model.files import SAFE_NAME_PATTERN, os_problem, read_input, strict_json, write_text_atomic
 from sglperf.model.measurement import MeasurementRecord
 from sglperf.model.verdict import Verdict
@@ -26,7 +27,7 @@ RUN_FILE = "run.json"
 RUN_ID_FIELD = "run_id"  # in each verdict line, beside the verdict record
 
 
-class ResultsError(ValueError):
+class ResultsError(SglperfError, ValueError):
     """A results folder that cannot be read; the message names the file."""
 
 

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
+from sglperf.errors import SglperfError
 from sglperf.history.records import ItemOutcome, RunIdentity, SeriesPoint, StoredRun, measurement_failed
 from sglperf.history.schema import META_TABLE, MIGRATIONS, SCHEMA_VERSION, VERSION_KEY
 from sglperf.model.files import strict_json
@@ -24,7 +25,7 @@ from sglperf.model.measurement import MeasurementRecord
 from sglperf.model.verdict import Verdict
 
 
-class HistoryError(RuntimeError):
+class HistoryError(SglperfError, RuntimeError):
     """The history store cannot be used; the message names the store and what to do."""
 
 

@@ -1,1 +1,2 @@
-"""Judging: an intent's expectation against effective args (any tier), live evidence, and drift."""
+"""Judging: an intent's expectation against effective args (any tier), live evidence, and live-vs-preflight
+divergence."""

@@ -15,13 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sglperf.errors import SglperfError
 from sglperf.model.files import os_problem, read_input
 
 ROLES = frozenset({"system", "user", "assistant"})
 KEYS = frozenset({"id", "messages"})
 
 
-class PromptError(ValueError):
+class PromptError(SglperfError, ValueError):
     """A prompt file is unreadable or malformed; the message names file and line."""
 
 

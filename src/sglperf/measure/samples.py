@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from sglperf.errors import SglperfError
 from sglperf.model.gpu_telemetry import GpuRound
 from sglperf.model.host_load import HostLoad
 from sglperf.model.metrics import METRIC_NAMES, METRICS
@@ -47,7 +48,7 @@ SERVER_ACCEPT_CAVEAT = (
 )
 
 
-class MeterError(RuntimeError):
+class MeterError(SglperfError, RuntimeError):
     """A request or workload could not be measured; the message names server, request and cause."""
 
 

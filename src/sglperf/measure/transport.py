@@ -26,12 +26,14 @@ from dataclasses import dataclass
 from typing import cast
 from urllib.parse import urlsplit
 
+from sglperf.errors import SglperfError
+
 CONNECT_TIMEOUT_S = 30.0
 DEFAULT_LIMIT_BYTES = 64 * 2**20
 _LAST_CHUNK = b"0\r\n\r\n"  # a chunked body's end: the zero-size chunk, no trailers
 
 
-class TransportError(Exception):
+class TransportError(SglperfError):
     """The request could not be sent, or its response could not be read as HTTP/1.1."""
 
 

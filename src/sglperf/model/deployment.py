@@ -15,6 +15,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator, model_validator
 from pydantic_core import ErrorDetails
 
+from sglperf.errors import SglperfError
 from sglperf.model.files import SAFE_NAME_PATTERN, os_problem, read_input
 from sglperf.model.intent_names import INTENT_NAMES, SPECULATIVE
 from sglperf.model.metrics import METRICS, with_inherited_floors
@@ -39,7 +40,7 @@ PATTERN_MEANING = {
 }
 
 
-class DeploymentError(ValueError):
+class DeploymentError(SglperfError, ValueError):
     """A deployment file is unreadable or invalid; the message names file and field."""
 
 

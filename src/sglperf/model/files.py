@@ -12,6 +12,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from sglperf.errors import SglperfError
+
 GIB = 1024**3
 # A name that becomes part of a path or a test id (deployment keys, variant and workload ids, record
 # keys): it cannot hold a separator, start with a dot, or be empty, so it stays inside its folder.
@@ -22,7 +24,7 @@ SAFE_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 INPUT_LIMIT_BYTES = 64 * 2**20
 
 
-class InputFileError(OSError):
+class InputFileError(SglperfError, OSError):
     """An input that is not a regular file of reasonable size (``strerror`` says which)."""
 
     def __init__(self, problem: str) -> None:
@@ -68,7 +70,7 @@ def writable_folder_problem(folder: Path) -> str | None:
     return None
 
 
-class OutsideFolderError(ValueError):
+class OutsideFolderError(SglperfError, ValueError):
     """A name that would place a file outside the folder it belongs in."""
 
 

@@ -1,5 +1,5 @@
 """Collection: a deployment file becomes one collector per variant and one item per (intent, tier),
-per live-vs-preflight drift, and per (workload, concurrency) measurement."""
+per live-vs-preflight divergence, and per (workload, concurrency) measurement."""
 
 from __future__ import annotations
 
@@ -9,15 +9,13 @@ from typing import Any
 
 import pytest
 
-from sglperf import preflight
+from sglperf.errors import SglperfError
 from sglperf.history.results_folder import RUN_ID_FIELD
-from sglperf.measure.samples import MeterError
-from sglperf.model.deployment import Deployment, DeploymentError, Variant, load
+from sglperf.model.deployment import Deployment, Variant, load
 from sglperf.model.files import strict_json
 from sglperf.model.measurement import MeasurementRecord
 from sglperf.model.verdict import Status, Verdict
 from sglperf.plugin.keys import LIVE_KEY, PREFLIGHT_KEY, xdist_worker
-from sglperf.runtime import server
 from sglperf.session import LiveSession, LiveSkip
 
 MEASUREMENT_PROPERTY = "sglperf_measurement"
@@ -27,16 +25,25 @@ class SGLangCaveat(UserWarning):
     """A request overrides one of SGLang's own rules; the text is SGLang's reason for the rule."""
 
 
-class ItemFailure(Exception):
+class ItemFailure(SglperfError):
     """A failure sglperf explains in full: shown as its message, without a traceback."""
 
 
-# Failures whose message already says what went wrong and what to do.
-EXPLAINED = (ItemFailure, DeploymentError, preflight.PreflightError, server.ServerStartError, MeterError)
+BUG_NOTE = "unexpected error, a bug in sglperf: please report it with this traceback"
 
 
 def explained(excinfo: pytest.ExceptionInfo[BaseException]) -> str | None:
-    return str(excinfo.value) if isinstance(excinfo.value, EXPLAINED) else None
+    """The one line of an error sglperf explains; None for anything else."""
+    return str(excinfo.value) if isinstance(excinfo.value, SglperfError) else None
+
+
+def marked_as_bug(excinfo: pytest.ExceptionInfo[BaseException], shown: Any) -> Any:
+    """pytest's own report of an unexplained error, traceback and all, with a section saying it is a bug."""
+    # pytest.fail(..., pytrace=False) is pytest's explained failure, not ours to call a bug.
+    add_section = getattr(shown, "addsection", None)
+    if callable(add_section) and not isinstance(excinfo.value, pytest.fail.Exception):
+        add_section("sglperf", BUG_NOTE)
+    return shown
 
 
 def _skip(reason: str) -> BaseException:
@@ -51,7 +58,8 @@ class DeploymentFile(pytest.File):
             yield VariantNode.from_parent(self, name=variant.id, deployment=deployment)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
-        return explained(excinfo) or super().repr_failure(excinfo)
+        message = explained(excinfo)
+        return message if message is not None else marked_as_bug(excinfo, super().repr_failure(excinfo))
 
 
 class VariantNode(pytest.Collector):
@@ -73,7 +81,7 @@ class VariantNode(pytest.Collector):
             yield LiveItem.from_parent(
                 self, name=f"{d.key}-{variant.id}-{intent}-live", deployment=d, variant_id=variant.id, intent=intent
             )
-        yield DriftItem.from_parent(
+        yield LiveVsPreflightItem.from_parent(
             self, name=f"{d.key}-{variant.id}-live-vs-preflight", deployment=d, variant_id=variant.id, intent=""
         )
         for workload in d.workloads:
@@ -123,7 +131,8 @@ class SglperfItem(pytest.Item):
             raise ItemFailure(verdict.message())
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
-        return explained(excinfo) or super().repr_failure(excinfo)
+        message = explained(excinfo)
+        return message if message is not None else marked_as_bug(excinfo, super().repr_failure(excinfo))
 
     def reportinfo(self) -> tuple[Path, int, str]:
         return self.path, 0, f"{self.tier} {self.name}"
@@ -137,7 +146,7 @@ class PreflightItem(SglperfItem):
 
 
 class LiveTierItem(SglperfItem):
-    """An item that needs the variant's server (live checks, drift, measurements)."""
+    """An item that needs the variant's server (live checks, live-vs-preflight, measurements)."""
 
     tier = "live"
 
@@ -162,10 +171,10 @@ class LiveItem(LiveTierItem):
         self.report_verdict(next(v for v in verdicts if v.intent == self.intent))
 
 
-class DriftItem(LiveTierItem):
+class LiveVsPreflightItem(LiveTierItem):
     def runtest(self) -> None:
-        found, lines = self.live().drift(self.deployment, self.variant())
-        self.user_properties.append(("drift", "; ".join(lines)))
+        found, lines = self.live().divergence(self.deployment, self.variant())
+        self.user_properties.append(("live_vs_preflight", "; ".join(lines)))
         if lines:
             self.add_report_section("call", "live vs preflight", "\n".join(lines))
         if found.intent_fields:

@@ -16,12 +16,11 @@ from typing import Any
 
 import pytest
 
-from sglperf import preflight
+from sglperf.errors import SglperfError
 from sglperf.model.deployment import Deployment, DeploymentError, Workload, load
 from sglperf.model.measurement import MeasurementRecord
 from sglperf.plugin.items import ItemFailure, LiveTierItem, judge_measurement
 from sglperf.plugin.keys import LIVE_KEY, PREFLIGHT_KEY
-from sglperf.runtime import server
 from sglperf.session import LiveSkip
 from sglperf.session.handles import EffectiveArgsView, ServerHandle, VariantRef
 
@@ -98,7 +97,7 @@ def sglang_server(request: pytest.FixtureRequest, sglang_variant: VariantRef) ->
         return live.handle(deployment, variant)
     except LiveSkip as exc:
         pytest.skip(str(exc))
-    except (server.ServerStartError, preflight.PreflightError) as exc:
+    except SglperfError as exc:
         pytest.fail(str(exc), pytrace=False)
 
 
@@ -111,7 +110,7 @@ def sglang_effective_args(request: pytest.FixtureRequest, sglang_variant: Varian
         return EffectiveArgsView(sglang_variant, "live", handle.sglang_version, handle.effective_args)
     try:
         return request.config.stash[PREFLIGHT_KEY].effective_view(_deployment(sglang_variant), sglang_variant.variant)
-    except preflight.PreflightError as exc:
+    except SglperfError as exc:
         pytest.fail(str(exc), pytrace=False)
 
 

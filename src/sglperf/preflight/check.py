@@ -12,8 +12,8 @@ from sglperf.model.deployment import Deployment, Variant
 from sglperf.model.resolution import Resolution
 from sglperf.model.verdict import Verdict
 from sglperf.preflight.resolver import Resolver
-from sglperf.sglang.flags import SKIP_TOKENIZER_FLAG, FlagError, LaunchPlan, plan
-from sglperf.sglang.intents import INTENTS, Intent, ParserInfo
+from sglperf.sglang.flags import SKIP_TOKENIZER_FLAG, FlagError, LaunchPlan, launch_plan
+from sglperf.sglang.intents import INTENTS, Intent, IntentNotExpressible, ParserInfo
 
 PREFLIGHT_FLAGS = (SKIP_TOKENIZER_FLAG,)
 
@@ -24,7 +24,7 @@ class VariantCheck:
 
     deployment: Deployment
     variant: Variant
-    plan: LaunchPlan | None
+    launch: LaunchPlan | None
     resolution: Resolution | None
     verdicts: list[Verdict] = field(default_factory=list)
 
@@ -43,7 +43,7 @@ def check(deployment: Deployment, resolver: Resolver, variant_ids: Sequence[str]
         if variant_ids is not None and variant.id not in variant_ids:
             continue
         try:
-            launch = plan(deployment, variant, release.parser, model_dir, architectures)
+            launch = launch_plan(deployment, variant, release.parser, model_dir, architectures)
         except FlagError as exc:
             verdicts = [
                 judge_error(deployment.key, variant.id, name, expected, release.version, str(exc))
@@ -53,8 +53,8 @@ def check(deployment: Deployment, resolver: Resolver, variant_ids: Sequence[str]
             continue
         checks.append(VariantCheck(deployment, variant, launch, None))
 
-    planned = [c for c in checks if c.plan is not None]
-    jobs = [((*c.plan.argv, *PREFLIGHT_FLAGS), c.plan.env) for c in planned if c.plan]
+    planned = [c for c in checks if c.launch is not None]
+    jobs = [((*c.launch.argv, *PREFLIGHT_FLAGS), c.launch.env) for c in planned if c.launch]
     # What SGLang would decide without each boolean request: when it differs, the request overrides one
     # of SGLang's own rules, and the verdict carries that rule's words as a caveat.
     unasked: list[tuple[VariantCheck, str, LaunchPlan]] = []
@@ -65,19 +65,21 @@ def check(deployment: Deployment, resolver: Resolver, variant_ids: Sequence[str]
                     update={"request": {k: v for k, v in c.variant.request.items() if k != name}}
                 )
                 try:
-                    unasked.append((c, name, plan(deployment, without, release.parser, model_dir, architectures)))
+                    unasked.append(
+                        (c, name, launch_plan(deployment, without, release.parser, model_dir, architectures))
+                    )
                 except FlagError:
                     continue
     jobs += [((*p.argv, *PREFLIGHT_FLAGS), p.env) for _, _, p in unasked]
     resolved = resolver.resolve(jobs, salt=_config_digest(deployment))
     caveats: dict[tuple[str, str], tuple[str, ...]] = {}
     for (c, name, _), resolution in zip(unasked, resolved[len(planned) :]):
-        found = _overridden_rule(INTENTS[name], c.variant.request[name], resolution, release.parser, c.plan)
+        found = _overridden_rule(INTENTS[name], c.variant.request[name], resolution, release.parser, c.launch)
         if found:
             caveats[(c.variant.id, name)] = found
     for c, resolution in zip(planned, resolved):
         c.resolution = resolution
-        assert c.plan is not None
+        assert c.launch is not None
         for name, expected in deployment.expectations_for(c.variant).items():
             intent = INTENTS[name]
             c.verdicts.append(
@@ -91,7 +93,7 @@ def check(deployment: Deployment, resolver: Resolver, variant_ids: Sequence[str]
                     error=resolution.error,
                     requested=name in c.variant.request,
                     hint=_hint(intent.name, expected, release.parser, architectures),
-                    warnings=c.plan.warnings,
+                    warnings=c.launch.warnings,
                     caveats=caveats.get((c.variant.id, name), ()),
                 )
             )
@@ -135,7 +137,7 @@ def _hint(intent_name: str, expected: Any, parser: ParserInfo, architectures: tu
     if isinstance(expected, bool):
         try:
             argv = INTENTS[intent_name].flags(expected, parser, architectures)
-        except Exception:
+        except IntentNotExpressible:
             return ""
         spelled = f" (on SGLang {parser.version} that adds {' '.join(argv)})" if argv else ""
         return f"ask for it: request = {{ {intent_name} = {str(expected).lower()} }} in the variant{spelled}"

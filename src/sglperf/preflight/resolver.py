@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 from filelock import FileLock
 
+from sglperf.errors import SglperfError
 from sglperf.model.deployment import RunnerProfile
 from sglperf.model.files import os_problem, read_input, writable_folder_problem, write_text_atomic
 from sglperf.model.process_exit import describe_exit
@@ -44,7 +45,7 @@ INTERPRETER_TIMEOUT_S = 60.0
 JOB_TIMEOUT_S = 120.0
 
 
-class PreflightError(RuntimeError):
+class PreflightError(SglperfError, RuntimeError):
     """The preflight could not ask SGLang at all (no interpreter, no SGLang, worker crashed)."""
 
 

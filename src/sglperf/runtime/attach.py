@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sglperf.errors import SglperfError
 from sglperf.model.deployment import Deployment
 from sglperf.model.server_facts import ServerFacts
 from sglperf.runtime import server_info
@@ -15,7 +16,7 @@ from sglperf.sglang.flags import API_KEY_FLAG
 SGLANG_IDENTITY_KEYS = ("version", "model_path", "tp_size")
 
 
-class AttachError(RuntimeError):
+class AttachError(SglperfError, RuntimeError):
     """The URL does not lead to a usable SGLang server; the message names the URL and what to do."""
 
 

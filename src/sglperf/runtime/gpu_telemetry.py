@@ -29,6 +29,7 @@ from types import ModuleType
 
 import psutil
 
+from sglperf.errors import SglperfError
 from sglperf.model.gpu_telemetry import (
     COUNTED_MASK,
     COUNTED_REASONS,
@@ -44,7 +45,7 @@ MIB = 1024**2
 NAMESPACE_NOTE = "NVML's pids are not in this pid namespace (a container?): foreign GPU processes not checked"
 
 
-class NvmlUnusable(Exception):
+class NvmlUnusable(SglperfError):
     """NVML cannot watch the GPUs here; the message is one line."""
 
 

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Literal
 
 from filelock import FileLock, Timeout
 
+from sglperf.errors import SglperfError
 from sglperf.model.files import GIB, write_text_atomic
 from sglperf.model.progress import Progress
 
@@ -459,7 +460,7 @@ class GpuAllocator:
 # --- memory held by processes --------------------------------------------------------------------
 
 
-class NvmlUnavailable(RuntimeError):
+class NvmlUnavailable(SglperfError, RuntimeError):
     """NVML cannot be asked (nvidia-ml-py missing, or no driver)."""
 
 

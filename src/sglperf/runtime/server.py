@@ -25,6 +25,7 @@ from pathlib import Path
 import httpx
 import psutil
 
+from sglperf.errors import SglperfError
 from sglperf.model.process_exit import describe_exit
 from sglperf.model.progress import Progress, silent
 from sglperf.runtime import server_ledger
@@ -41,7 +42,7 @@ LEDGER_EVERY_S = 2.0  # how often a starting server's /dev/shm files and process
 EMULATOR_MODULE = "sglperf.testing.emulator"
 
 
-class ServerStartError(RuntimeError):
+class ServerStartError(SglperfError, RuntimeError):
     """The server exited or missed its deadline during startup; the message carries the log's tail."""
 
 

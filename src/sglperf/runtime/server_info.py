@@ -9,12 +9,13 @@ from typing import Any
 
 import httpx
 
+from sglperf.errors import SglperfError
 from sglperf.model.server_facts import ServerFacts
 from sglperf.runtime.http_deadline import get_within
 from sglperf.sglang.server_api import INTERNAL_STATES_KEY, MODEL_INFO_PATHS, NOT_ARGS, SERVER_INFO_PATHS
 
 
-class LiveError(RuntimeError):
+class LiveError(SglperfError, RuntimeError):
     """The server's introspection endpoints failed; the message names server and endpoint."""
 
 

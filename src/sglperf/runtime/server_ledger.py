@@ -32,6 +32,7 @@ from pathlib import Path
 
 import psutil
 
+from sglperf.errors import SglperfError
 from sglperf.model.files import write_text_atomic
 from sglperf.model.progress import Progress, silent
 from sglperf.sglang import envs
@@ -104,7 +105,7 @@ def forget(entry: LedgerEntry | None) -> None:
             entry.file.unlink()
 
 
-class LedgerError(ValueError):
+class LedgerError(SglperfError, ValueError):
     """A ledger entry that cannot be read; its message names the file and says what to do."""
 
 

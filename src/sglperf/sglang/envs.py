@@ -29,6 +29,7 @@ from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.version import InvalidVersion, Version
 
+from sglperf.errors import SglperfError
 from sglperf.model.deployment import CpuKernel, RunnerProfile
 from sglperf.model.progress import Progress, say_once, silent
 from sglperf.sglang.processes import run_bounded
@@ -72,11 +73,11 @@ GPU_ONLY_PATTERNS = (
 RECIPE_VERSION = "1"
 
 
-class EnvBuildError(RuntimeError):
+class EnvBuildError(SglperfError, RuntimeError):
     """An SGLang environment could not be built; the message says which step failed."""
 
 
-class BadVersionError(ValueError):
+class BadVersionError(SglperfError, ValueError):
     """A release given by the user is not a version: it is never used in a path."""
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from sglperf.errors import SglperfError
 from sglperf.model.deployment import Deployment, Variant
 from sglperf.model.intent_names import SPECULATIVE
 from sglperf.sglang.intents import INTENTS, MODEL_OVERRIDE_FLAG, IntentNotExpressible, ParserInfo, replacement_for
@@ -31,7 +32,7 @@ SKIP_TOKENIZER_FLAG = "--skip-tokenizer-init"  # preflight has config.json only,
 MODEL_PATH_PLACEHOLDER = "{model_path}"
 
 
-class FlagError(ValueError):
+class FlagError(SglperfError, ValueError):
     """A flag the installed release does not accept, or an intent it cannot express."""
 
 
@@ -105,7 +106,7 @@ def _applies(spec: str, version: str) -> bool:
     return Version(version) in SpecifierSet(spec, prereleases=True)
 
 
-def plan(
+def launch_plan(
     deployment: Deployment, variant: Variant, parser: ParserInfo, model_path: str, architectures: tuple[str, ...]
 ) -> LaunchPlan:
     """Spell one variant for the installed release. Raises FlagError naming the flag and version."""

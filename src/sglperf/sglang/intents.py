@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from sglperf.errors import SglperfError
 from sglperf.model.intent_names import (
     DECODE_CUDA_GRAPH,
     INTENT_NAMES,
@@ -29,7 +30,7 @@ from sglperf.model.resolution import ModelFacts
 MODEL_OVERRIDE_FLAG = "--json-model-override-args"
 
 
-class IntentNotExpressible(Exception):
+class IntentNotExpressible(SglperfError):
     """The installed release has no flag for this intent."""
 
 

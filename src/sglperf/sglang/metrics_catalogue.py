@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from sglperf.errors import SglperfError
 from sglperf.model.server_metrics import MAX_SUFFIX, ServerScrape
 
 METRICS_FLAG = "--enable-metrics"
@@ -36,7 +37,7 @@ _CONSTRUCTORS: dict[str, MetricKind] = {
 }
 
 
-class ExpositionError(ValueError):
+class ExpositionError(SglperfError, ValueError):
     """A ``/metrics`` answer prometheus-client cannot parse."""
 
 

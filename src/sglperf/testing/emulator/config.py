@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sglperf.errors import SglperfError
 from sglperf.model.files import os_problem, read_input
 from sglperf.sglang.batch_log import (
     DECODE_LOG_INTERVAL_FIELD,
@@ -36,7 +37,7 @@ DECODE_GRAPH_GB = 0.4
 KV_BYTES_PER_TOKEN = 64 * 1024
 
 
-class ConfigError(ValueError):
+class ConfigError(SglperfError, ValueError):
     """The emulator's configuration or effective-args file is unusable."""
 
 

@@ -1,0 +1,131 @@
+"""mkdocs hook: the intent table of docs/intents.md, generated from the code that spells the flags.
+
+A hand-written table of flag spellings drifts the day an intent learns a new release's flag. Instead,
+every intent in ``sglperf.sglang.intents.INTENTS`` is asked, through its own ``flags()``, how it would
+request each value from a release whose parser accepts every flag; the answer is refused and the intent
+asked again, until it has nothing left. That lists every spelling in the order the code prefers it,
+which is what a real release's parser picks from.
+
+The page's hand-written notes must name exactly the intents the code has: a new intent without a note,
+or a note about a removed one, fails the build.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
+
+from mkdocs.config.defaults import MkDocsConfig
+from mkdocs.exceptions import PluginError
+from mkdocs.structure.files import Files
+from mkdocs.structure.pages import Page
+
+from sglperf.sglang.intents import INTENTS, Intent, IntentNotExpressible, ParserInfo, Speculative
+
+MARKER = "<!-- intents-table -->"
+PAGE = "intents.md"
+NOTE = re.compile(r"^- \*\*`([a-z_]+)`\*\*", re.M)
+# An architecture on the parser's own allow-list: the intents that depend on one take their first choice.
+ARCHITECTURE = ("AnyArchitectureForCausalLM",)
+# Placeholders for the one intent whose value is a setting, not on/off.
+SPECULATIVE_SAMPLE = SimpleNamespace(algorithm="ALGORITHM", num_steps="N", num_draft_tokens="N", eagle_topk="K")
+
+
+@dataclass(frozen=True)
+class _RefusingParser(ParserInfo):
+    """A release that accepts every flag and value except those refused so far."""
+
+    refused_flags: frozenset[str] = frozenset()
+    refused_values: frozenset[tuple[str, str]] = frozenset()
+
+    def has(self, flag: str) -> bool:
+        return flag not in self.refused_flags
+
+    def accepts(self, flag: str, value: str) -> bool:
+        return self.has(flag) and (flag, value) not in self.refused_values
+
+
+def spellings(intent: Intent, value: Any, allow_list: tuple[str, ...] | None = ARCHITECTURE) -> list[list[str]]:
+    """Every argv ``intent`` would write for ``value``, most preferred first; an empty argv (the
+    release's default needs no flag) ends the list."""
+    flags: set[str] = set()
+    values: set[tuple[str, str]] = set()
+    found: list[list[str]] = []
+    while True:
+        parser = _RefusingParser("any", {}, allow_list, frozenset(flags), frozenset(values))
+        try:
+            argv = intent.flags(value, parser, ARCHITECTURE)
+        except IntentNotExpressible:
+            return found
+        if argv in found:  # refusing the value did not move it on: the flag takes any value
+            flags.add(argv[0])
+            continue
+        found.append(argv)
+        if not argv:
+            return found
+        if len(argv) == 2 and not argv[1].startswith("-"):
+            values.add((argv[0], argv[1]))
+        else:
+            flags.add(argv[0])
+
+
+def _code(argv: list[str]) -> str:
+    return "`" + " ".join(a if not a.startswith("{") else f"'{a}'" for a in argv) + "`"
+
+
+def _cell(found: list[list[str]], first_note: str = "") -> str:
+    """Spellings as the table shows them, one flag's values grouped: `--x a` (or `b`, `c`)."""
+    if not found:
+        return "no flag in any release"
+    parts: list[str] = []
+    for argv in found:
+        if not argv:
+            parts.append("else nothing (the default)" if parts else "nothing (the default)")
+        elif len(argv) == 2 and parts and parts[-1].startswith(f"`{argv[0]} "):
+            head, _, rest = parts[-1].partition(" (or ")
+            values = rest.removesuffix(")").split(", ") if rest else []
+            parts[-1] = f"{head} (or {', '.join([*values, f'`{argv[1]}`'])})"
+        else:
+            parts.append(_code(argv))
+    if first_note:
+        parts[0] += f" ({first_note})"
+    return ", ".join(parts)
+
+
+def intents_table() -> str:
+    rows = [
+        "| intent | on: asked for with (first the release's parser accepts) | off | read from (effective args) |",
+        "|---|---|---|---|",
+    ]
+    for name, intent in INTENTS.items():
+        read = ", ".join(f"`{f}`" for f in intent.fields)
+        if isinstance(intent, Speculative):
+            on = _cell(spellings(intent, SPECULATIVE_SAMPLE))
+            off = "leave `[launch.speculative]` out"
+            aliases = ", ".join(f"`{a}` compared as `{b}`" for a, b in intent.ALIASES.items())
+            read += f" ({aliases})" if aliases else ""
+        else:
+            found = spellings(intent, True)
+            # A first choice that needs the architecture on the release's allow-list says so.
+            needs_list = found[:1] != spellings(intent, True, allow_list=None)[:1]
+            on = _cell(found, "architectures on the release's allow-list" if needs_list else "")
+            off = _cell(spellings(intent, False))
+        rows.append(f"| `{name}` | {on} | {off} | {read} |")
+    return "\n".join(rows)
+
+
+def on_page_markdown(markdown: str, /, *, page: Page, config: MkDocsConfig, files: Files) -> str:
+    if page.file.src_uri != PAGE:
+        return markdown
+    if markdown.count(MARKER) != 1:
+        raise PluginError(f"docs/{PAGE}: needs exactly one {MARKER} line where the generated table goes")
+    noted = NOTE.findall(markdown)
+    if sorted(noted) != sorted(INTENTS):
+        missing, unknown = set(INTENTS) - set(noted), set(noted) - set(INTENTS)
+        raise PluginError(
+            f"docs/{PAGE}: the notes must cover the intents the code has, once each "
+            f"(missing: {sorted(missing) or 'none'}; not an intent: {sorted(unknown) or 'none'})"
+        )
+    return markdown.replace(MARKER, intents_table())

@@ -1,0 +1,68 @@
+"""The layout by cost holds: tests/conftest.py refuses a run in which a test that needs a real SGLang
+sits in tests/unit or tests/integration, or a pytest run or PostgreSQL in tests/unit; and
+`-m "not needs_sglang"` leaves tests/sglang out."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from ..support.project import ROOT
+
+pytest_plugins = ["pytester"]
+
+USES_SGLANG = "def test_resolves(sglang_python):\n    sglang_python('0.5.23')\n"
+MARKED = "import pytest\n\npytestmark = pytest.mark.needs_sglang\n\n\ndef test_marked():\n    pass\n"
+RUNS_PYTEST = "def test_runs_pytest(pytester):\n    pass\n"
+PLAIN = "def test_plain():\n    pass\n"
+
+
+def _suite(root: Path, files: dict[str, str]) -> None:
+    """A copy of this suite's conftest and helpers in a tests/ folder of its own, with ``files`` in it."""
+    tests = root / "tests"
+    shutil.copytree(ROOT / "tests" / "support", tests / "support", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "tests" / "conftest.py", tests / "conftest.py")
+    shutil.copy(ROOT / "pytest.ini", root / "pytest.ini")
+    for folder in ("", "unit", "integration", "sglang"):
+        (tests / folder).mkdir(exist_ok=True)
+        (tests / folder / "__init__.py").touch()
+    for name, text in files.items():
+        (tests / name).write_text(text)
+
+
+def test_a_costly_test_in_a_fast_folder_fails_the_run_naming_it_and_where_it_belongs(
+    pytester: pytest.Pytester,
+) -> None:
+    _suite(
+        pytester.path,
+        {
+            "unit/test_a.py": USES_SGLANG + "\n\n" + RUNS_PYTEST,
+            "integration/test_b.py": MARKED,
+            "integration/test_c.py": RUNS_PYTEST,  # where a pytest run belongs
+        },
+    )
+    # A subprocess: the copy's package is `tests`, like this suite's own.
+    result = pytester.runpytest_subprocess("tests", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    said = result.stderr.str()
+    assert "tests in the wrong folder for their cost:" in said
+    assert "tests/unit/test_a.py::test_resolves: uses sglang_python (a real SGLang): move it to tests/sglang" in said
+    assert "tests/unit/test_a.py::test_runs_pytest: uses the pytester fixture: move it to tests/integration" in said
+    assert "tests/integration/test_b.py::test_marked: is marked needs_sglang (a real SGLang)" in said
+    assert "test_c.py" not in said
+
+
+def test_not_needs_sglang_is_the_unit_and_integration_folders(pytester: pytest.Pytester) -> None:
+    _suite(
+        pytester.path,
+        {
+            "unit/test_a.py": PLAIN,
+            "integration/test_b.py": PLAIN.replace("test_plain", "test_against_the_emulator"),
+            "sglang/test_c.py": USES_SGLANG,
+            "sglang/test_d.py": PLAIN.replace("test_plain", "test_on_the_cpu_server"),  # marked by its folder
+        },
+    )
+    result = pytester.runpytest_subprocess("tests", "-m", "not needs_sglang", "-p", "no:cacheprovider", "-q")
+    result.assert_outcomes(passed=2, deselected=2)

@@ -1,0 +1,196 @@
+"""Baselines end to end against the emulator, from the command line as a user runs it:
+record, rerun unchanged, slower decode, lower acceptance, faster, refusals and identity checks."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from sglperf.baselines import store
+
+from ..support.project import NEW_SGLANG, OLD_SGLANG, SglangPython, make_project, with_workloads
+
+pytest_plugins = ["pytester"]
+# Prefill long enough that TTFT (about 20 ms) dwarfs a busy box's jitter: the same 2.6-3 ms TTFT in
+# test_user_fixtures moved +11.7% between two unchanged runs in CI (threshold 5%).
+FAST = {"decode_step_s": 0.003, "prefill_s_per_token": 0.0005, "noise_cv": 0.02}
+# A small workload with the default sample budget (12 rounds), so a run takes seconds.
+WORKLOAD = """
+[[workloads]]
+id = "decode-chat"
+prompts = "../data/prompts/chat.jsonl"
+max_prompts = 2
+output_len = 64
+concurrency = [1]
+warmup = 1
+repeats = 12
+"""
+
+
+@dataclass
+class Suite:
+    """`pytest -m measure` on the emulator in a project folder, as a user runs it: one results folder per
+    run, one baselines folder for all."""
+
+    pytester: pytest.Pytester
+    sglang_python: SglangPython
+    runs: Iterator[int] = field(default_factory=itertools.count)
+
+    @property
+    def path(self) -> Path:
+        return self.pytester.path
+
+    def __call__(
+        self, *args: str, sglang: str = NEW_SGLANG, variant: str = "mtp3-prefill-graph", **emulator: object
+    ) -> pytest.RunResult:
+        config = json.dumps({**FAST, **emulator})
+        return self.pytester.runpytest_subprocess(
+            "-m",
+            "measure",
+            "-k",
+            variant,
+            f"--sglang-python={self.sglang_python(sglang)}",
+            "--emulator",
+            f"--emulator-config={config}",
+            f"--baselines-dir={self.path / 'baselines'}",
+            f"--results-dir={self.path / 'results' / f'run{next(self.runs)}'}",
+            "-p",
+            "no:cacheprovider",
+            "-rA",
+            *args,
+            timeout=300,
+        )
+
+
+@pytest.fixture
+def suite(pytester: pytest.Pytester, sglang_python: SglangPython, monkeypatch: pytest.MonkeyPatch) -> Suite:
+    monkeypatch.delenv("SGLPERF_SIMULATED_GPUS", raising=False)
+    monkeypatch.setenv("SGLPERF_GPU_LOCK_DIR", str(pytester.path / "gpu-locks"))
+    make_project(pytester.path, with_workloads(WORKLOAD))
+    pytester.makeini("[pytest]\ntestpaths = deployments\n")
+    return Suite(pytester, sglang_python)
+
+
+def _baseline_file(root: Path, variant: str = "mtp3-prefill-graph") -> Path:
+    return root / "baselines" / "emulator" / "2xA6000" / "qwen36" / f"{variant}.json"
+
+
+def test_record_then_unchanged_slower_lower_acceptance_faster(suite: Suite) -> None:
+    missing = suite()
+    missing.assert_outcomes(failed=1)
+    missing.stdout.fnmatch_lines(
+        [
+            "*no baseline for decode-chat@c1*record it with: "
+            "pytest -k qwen36-mtp3-prefill-graph-decode-chat-c1 --update-baselines --emulator*"
+        ]
+    )
+
+    recorded = suite("--update-baselines")
+    recorded.assert_outcomes(passed=1)
+    recorded.stdout.fnmatch_lines(["*sglperf baseline changes*", "*decode-chat@c1: new baseline*"])
+    path = _baseline_file(suite.path)
+    stored = store.load(path)
+    assert stored.provenance.emulated and stored.provenance.sglang_version == NEW_SGLANG
+    assert len(stored.entries["decode-chat@c1"].samples["decode_tok_s"]) == 12
+    assert path.read_text() == store.dumps(stored)  # deterministic, sorted, rounded
+
+    suite().assert_outcomes(passed=1)  # unchanged
+
+    slower = suite(decode_slowdown=1 / 0.92)
+    slower.assert_outcomes(failed=1)
+    # The failure line says which half of decode tok/s moved: verify steps/s (kernels) or acceptance.
+    slower.stdout.fnmatch_lines(
+        [
+            "*decode_tok_s regressed*threshold 3%*p=*; decode_tok_s -*%: verify steps/s -*%, accept length *%: "
+            "the kernels, not the drafter*",
+            "*verify_steps_s regressed*",
+        ]
+    )
+    assert "accept_length regressed" not in slower.stdout.str()
+
+    fewer = suite(accept_prob=0.5)
+    fewer.assert_outcomes(failed=1)
+    fewer.stdout.fnmatch_lines(
+        [
+            "*accept_length regressed*",
+            "*decode_tok_s regressed*: acceptance (the drafter or the prompts), not the kernels*",
+        ]
+    )
+    assert "verify_steps_s regressed" not in fewer.stdout.str()
+
+    # Graphs captured (start-up memory says so) but never replayed: the batch lines fail the item.
+    eager = suite(graph_replayed=False)
+    eager.assert_outcomes(failed=1)
+    eager.stdout.fnmatch_lines(
+        [
+            "*decode_cuda_graph expected on, but none of the * decode batches logged in * measured rounds ran the "
+            "graph: SGLang logged 'Decode batch, #running-req: 1, *cuda graph: False, *"
+        ]
+    )
+
+    # ... and such rounds never become the baseline.
+    refused = suite("--update-baselines", graph_replayed=False)
+    refused.assert_outcomes(failed=1)
+    refused.stdout.fnmatch_lines(
+        ["*refusing to record a baseline for qwen36/mtp3-prefill-graph: its rounds did not run what its intents say*"]
+    )
+    assert store.load(path) == stored
+
+    faster = suite(decode_slowdown=0.92)
+    faster.assert_outcomes(passed=1)
+    faster.stdout.fnmatch_lines(["*improved: *decode_tok_s*refresh with --update-baselines*"])
+    assert store.load(path) == stored  # comparisons never write
+
+
+def test_refresh_is_refused_when_effective_args_are_wrong(suite: Suite) -> None:
+    # SGLang 0.5.13 disables the prefill graph for this variant: its numbers must not become the baseline.
+    result = suite("--update-baselines", sglang=OLD_SGLANG, variant="mtp3-defaults")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["*refusing to record a baseline for qwen36/mtp3-defaults: its effective args are wrong*prefill_cuda_graph*"]
+    )
+    assert not _baseline_file(suite.path, "mtp3-defaults").exists()
+
+
+def test_baseline_from_other_gpus_is_never_compared_silently(suite: Suite, monkeypatch: pytest.MonkeyPatch) -> None:
+    suite("--update-baselines").assert_outcomes(passed=1)
+    monkeypatch.setenv("SGLPERF_SIMULATED_GPUS", "2xNVIDIA L40S:48")
+    failed = suite("--ignore-runner-mismatch")
+    failed.assert_outcomes(failed=1)
+    failed.stdout.fnmatch_lines(
+        ["*is not comparable with this run: recorded on NVIDIA RTX A6000, this run has NVIDIA L40S*"]
+    )
+    skipped = suite("--ignore-runner-mismatch", "--baseline-mismatch=skip")
+    skipped.assert_outcomes(skipped=1)
+    # Skipped for the mismatch, not for any other reason (a GPU-less runner would skip too).
+    skipped.stdout.fnmatch_lines(["SKIPPED*is not comparable with this run: recorded on NVIDIA RTX A6000*L40S*"])
+
+
+def test_missing_baseline_can_skip(suite: Suite) -> None:
+    skipped = suite("--baseline-missing=skip")
+    skipped.assert_outcomes(skipped=1)
+    skipped.stdout.fnmatch_lines(["SKIPPED*no baseline for *; record it with: pytest -k * --update-baselines*"])
+    # Rounds that ran eager fail without any baseline: the skip is named beside the failure.
+    eager = suite("--baseline-missing=skip", graph_replayed=False)
+    eager.assert_outcomes(failed=1)
+    eager.stdout.fnmatch_lines(["*decode_cuda_graph expected on, but none of the *", "*and: no baseline for *"])
+
+
+def test_runner_thresholds_cover_every_workload_and_a_workloads_own_win(suite: Suite) -> None:
+    # A noisy runner's floors reach a workload that names none (as a user's own workload in examples/
+    # names none); a workload's own thresholds still decide for it.
+    strict = WORKLOAD.replace('"decode-chat"', '"decode-strict"') + "thresholds = { decode_tok_s = 0.03 }\n"
+    floors = "thresholds = { decode_tok_s = 0.5, itl_s = 1.0, e2e_s = 1.0, ttft_s = 1.0 }\n"
+    text = with_workloads(WORKLOAD + strict).replace("sm_count = 84\n", "sm_count = 84\n" + floors)
+    (suite.path / "deployments" / "qwen36.toml").write_text(text)
+
+    suite("--update-baselines").assert_outcomes(passed=2)
+    slower = suite(decode_slowdown=1.25)
+    slower.assert_outcomes(passed=1, failed=1)
+    slower.stdout.fnmatch_lines(["*decode-strict-c1*", "*decode_tok_s regressed*threshold 3%*"])
+    slower.stdout.fnmatch_lines(["PASSED*-decode-chat-c1", "FAILED*-decode-strict-c1*"])

@@ -1,0 +1,86 @@
+"""`sglperf upgrade-check` between the two real release families."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from ..support.project import NEW_SGLANG, OLD_SGLANG, QWEN36, ROOT, SglangPython, make_project
+
+# The last release that still accepts the breakable/piecewise flags, deprecated with their replacement.
+DEPRECATING_SGLANG = "0.5.19"
+
+SGLPERF = str(Path(sys.executable).with_name("sglperf"))
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [SGLPERF, "upgrade-check", str(QWEN36), *args], capture_output=True, text=True, cwd=ROOT, timeout=900
+    )
+
+
+def test_upgrade_names_removed_piecewise_flags_and_changed_prefill_default(sglang_python: SglangPython) -> None:
+    sglang_python(OLD_SGLANG), sglang_python(NEW_SGLANG)
+    proc = _run("--from", OLD_SGLANG, "--to", NEW_SGLANG)
+    # Single-batch overlap stays inert on the dense model with either release: the upgrade does not fix it.
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert (
+        "--enforce-piecewise-cuda-graph: removed in 0.5.23 (used by intent prefill_cuda_graph, "
+        "qwen36/mtp3-full, qwen36/mtp3-prefill-graph); sglperf will use --cuda-graph-backend-prefill breakable"
+    ) in out
+    assert "--enable-piecewise-cuda-graph: removed in 0.5.23" in out
+    assert "--mamba-scheduler-strategy: renamed in 0.5.23" in out
+    line = next(ln for ln in out.splitlines() if "qwen36/mtp3-defaults" in ln and "prefill_cuda_graph" in ln)
+    assert "off" in line and "-> on" in line and "SGLang default changed" in line
+    assert "1 would fail with 0.5.23" in out and "mtp3-full single_batch_overlap: enable_single_batch_overlap" in out
+    vision = next(ln for ln in out.splitlines() if "mtp3-full" in ln and "vision_weights_skipped" in ln)
+    assert "inert->pass" in vision  # 0.5.23's ModelConfig reads the override; 0.5.13 built the tower anyway
+    assert "pynvml" not in out  # an artefact of the CPU simulation, not an SGLang change
+
+
+def test_downgrade_would_break_and_exits_non_zero_json(sglang_python: SglangPython) -> None:
+    proc = _run("--from", NEW_SGLANG, "--to", OLD_SGLANG, "--json")
+    assert proc.returncode == 1
+    report = json.loads(proc.stdout)
+    assert report["from"] == NEW_SGLANG and report["to"] == OLD_SGLANG and report["breaking"] == 4
+    broken = {(c["variant"], c["intent"]) for c in report["intents"] if c["status_after"] == "fail"}
+    assert broken == {("mtp1", "prefill_cuda_graph"), ("mtp3-defaults", "prefill_cuda_graph")}
+    inert = {(c["variant"], c["intent"]) for c in report["intents"] if c["status_after"] == "inert"}
+    assert inert == {("mtp3-full", "single_batch_overlap"), ("mtp3-full", "vision_weights_skipped")}
+
+
+def test_a_deprecated_then_removed_flag_gets_the_older_releases_own_replacement(
+    sglang_python: SglangPython, tmp_path: Path
+) -> None:
+    """0.5.19 deprecates --enable-breakable-cuda-graph, 0.5.20 removes it; no intent or table of
+    sglperf's knows it, so the replacement can only come from 0.5.19's own parser."""
+    sglang_python(DEPRECATING_SGLANG), sglang_python(NEW_SGLANG)
+    make_project(tmp_path)
+    text = QWEN36.read_text().replace('id = "mtp1"\n', 'id = "mtp1"\nflags = ["--enable-breakable-cuda-graph"]\n', 1)
+    (tmp_path / "deployments" / "qwen36.toml").write_text(text)
+    proc = subprocess.run(
+        [
+            SGLPERF,
+            "upgrade-check",
+            str(tmp_path / "deployments" / "qwen36.toml"),
+            "--from",
+            DEPRECATING_SGLANG,
+            "--to",
+            NEW_SGLANG,
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=900,
+    )
+    report = json.loads(proc.stdout)
+    change = next(f for f in report["flags"] if f["flag"] == "--enable-breakable-cuda-graph")
+    assert change["change"] == "removed" and change["replacement"] == "--cuda-graph-backend-prefill=breakable"
+    assert change["source"] == f"SGLang {DEPRECATING_SGLANG}'s parser"
+    assert (
+        "is deprecated" in change["release_says"] and "--cuda-graph-backend-prefill=breakable" in change["release_says"]
+    )

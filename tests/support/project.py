@@ -1,0 +1,33 @@
+"""The repository's own files the tests read, and project folders laid out like it."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+QWEN36 = ROOT / "deployments" / "qwen36.toml"
+QWEN36_CONFIG = ROOT / "models" / "qwen3.6-27b" / "config.json"
+# One release of each family the suite must handle: booleans (0.5.10-0.5.13), backend config (0.5.14+).
+OLD_SGLANG = "0.5.13"
+NEW_SGLANG = "0.5.23"
+# What the sglang_python fixture gives: a release's managed interpreter, built on first use.
+SglangPython = Callable[[str], str]
+
+
+def make_project(root: Path, deployment_text: str | None = None) -> Path:
+    """A folder laid out like the repository: deployments/qwen36.toml, models/, data/prompts/."""
+    (root / "deployments").mkdir(exist_ok=True)
+    (root / "models" / "qwen3.6-27b").mkdir(parents=True, exist_ok=True)
+    shutil.copy(QWEN36_CONFIG, root / "models" / "qwen3.6-27b" / "config.json")
+    shutil.copytree(ROOT / "data" / "prompts", root / "data" / "prompts", dirs_exist_ok=True)
+    if deployment_text is not None:
+        (root / "deployments" / "qwen36.toml").write_text(deployment_text)
+    return root
+
+
+def with_workloads(text: str) -> str:
+    """A deployment text with its [[workloads]] replaced (fast ones for emulator tests)."""
+    start = QWEN36.read_text().index("# Workloads for the measurement tier.")
+    return QWEN36.read_text()[:start] + text

@@ -1,0 +1,144 @@
+"""Deployment files: the shipped one loads; every kind of bad file gets an error naming file and field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sglperf.model.deployment import DeploymentError, Workload, discover, load
+from sglperf.model.intent_names import SPECULATIVE
+
+from ..support.project import QWEN36, ROOT
+
+
+def test_shipped_qwen36_loads_with_required_variants() -> None:
+    d = load(QWEN36)
+    assert d.key == "qwen36"
+    assert d.runner.gpu_count == 2 and d.runner.compute_capability == "8.6"
+    assert d.launch.tp_size == 2 and d.launch.speculative and d.launch.speculative.algorithm == "NEXTN"
+    assert d.architectures == ("Qwen3_5ForConditionalGeneration",)
+    ids = [v.id for v in d.variants]
+    assert ids == ["mtp1", "mtp3-defaults", "mtp3-prefill-graph", "mtp3-full"]
+    for variant in d.variants:
+        assert d.expectations_for(variant)["prefill_cuda_graph"] is True
+    mtp1, mtp3 = d.speculative_for(d.variant("mtp1")), d.speculative_for(d.variant("mtp3-defaults"))
+    assert mtp1 is not None and mtp1.num_steps == 1
+    assert mtp3 is not None and mtp3.num_steps == 3
+    full = d.expectations_for(d.variant("mtp3-full"))
+    assert full["single_batch_overlap"] and full["vision_weights_skipped"]
+    assert full[SPECULATIVE].num_draft_tokens == 4
+
+
+BAD_FILES = {
+    "unknown top-level field": ({"[model]": "colour = 'red'\n[model]"}, "colour: unknown field"),
+    "unknown intent in expect": (
+        {"prefill_cuda_graph = true\ndecode": "prefil_cuda_graph = true\ndecode"},
+        "expect: unknown intent 'prefil_cuda_graph'; allowed: decode_cuda_graph, overlap_schedule, prefill_cuda_graph",
+    ),
+    "unknown intent in a variant": (
+        {"request = { prefill_cuda_graph = true }\n\n": "request = { piecewise = true }\n\n"},
+        "variants[2].request: unknown intent 'piecewise'",
+    ),
+    "wrong type": ({"tp_size = 2": "tp_size = 'two'"}, "launch.tp_size: Input should be a valid integer"),
+    "duplicate variant": ({'id = "mtp3-full"': 'id = "mtp1"'}, "duplicate variant id 'mtp1'"),
+    "bad compute capability": (
+        {'compute_capability = "8.6"': 'compute_capability = "sm86"'},
+        "runner.compute_capability: 'sm86' is not allowed; expected a compute capability",
+    ),
+    "tp larger than the runner": ({"tp_size = 2": "tp_size = 4"}, "launch.tp_size: 4 exceeds runner.gpu_count 2"),
+    "bad version specifier": (
+        {'sglang = "<0.5.20"': 'sglang = "before 0.5.20"'},
+        "launch.when[0].sglang: 'before 0.5.20' is not a version specifier",
+    ),
+    "missing required field": ({'gpu_name = "NVIDIA RTX A6000"\n': ""}, "runner: gpu_name: required field is missing"),
+    "variant id with spaces": ({'id = "mtp1"': 'id = "mtp 1"'}, "variants[0].id: 'mtp 1' is not allowed"),
+    "intent value not a bool": (
+        {"decode_cuda_graph = true": "decode_cuda_graph = 'yes'"},
+        "expect.decode_cuda_graph: Input should be a valid boolean",
+    ),
+    "unknown metric threshold": (
+        {"thresholds = { ttft_s = 0.05 }": "thresholds = { tok_s = 0.05 }"},
+        "workloads[2].thresholds: unknown metric 'tok_s'; allowed: accept_length",
+    ),
+    "unknown metric in the runner's thresholds": (
+        {"sm_count = 84\n": "sm_count = 84\nthresholds = { tok_s = 0.5 }\n"},
+        "runner.thresholds: unknown metric 'tok_s'; allowed: accept_length",
+    ),
+    "cpu kernel on a GPU runner": (
+        {"sm_count = 84\n": 'sm_count = 84\ncpu_kernel = "torch-native"\n'},
+        'runner: cpu_kernel: only a CPU runner (device = "cpu") has one',
+    ),
+    "unknown cpu kernel": (
+        {"sm_count = 84\n": 'sm_count = 84\ncpu_kernel = "avx2"\n'},
+        "runner.cpu_kernel: Input should be 'sgl-kernel' or 'torch-native'",
+    ),
+    "missing prompt set": (
+        {'prompts = "../data/prompts/code.jsonl"': 'prompts = "../data/prompts/nope.jsonl"'},
+        "workloads[1].prompts:",
+    ),
+    "missing config.json": (
+        {'config = "../models/qwen3.6-27b/config.json"': 'config = "../models/nope/config.json"'},
+        "model.config:",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_FILES))
+def test_bad_deployment_file_names_file_and_field(case: str, deployment_dir: Path) -> None:
+    replace, expected = BAD_FILES[case]
+    path = deployment_dir / "deployments" / "qwen36.toml"
+    path.write_text(_apply(replace))
+    with pytest.raises(DeploymentError) as excinfo:
+        load(path)
+    message = str(excinfo.value)
+    assert str(path) in message
+    assert expected in message, message
+
+
+def _apply(replace: dict[str, str]) -> str:
+    text = QWEN36.read_text()
+    for old, new in replace.items():
+        assert old in text, old
+        text = text.replace(old, new, 1)
+    return text
+
+
+def test_not_toml(deployment_dir: Path) -> None:
+    path = deployment_dir / "deployments" / "qwen36.toml"
+    path.write_text("[model\nkey = 1")
+    with pytest.raises(DeploymentError, match=r"qwen36.toml: not valid TOML"):
+        load(path)
+
+
+def test_key_must_match_file_name(deployment_dir: Path) -> None:
+    path = deployment_dir / "deployments" / "other.toml"
+    path.write_text('key = "qwen36"\n' + QWEN36.read_text())
+    with pytest.raises(DeploymentError, match=r"key: 'qwen36' must match the file name 'other'"):
+        load(path)
+
+
+def test_config_without_architectures(deployment_dir: Path) -> None:
+    (deployment_dir / "models" / "qwen3.6-27b" / "config.json").write_text('{"model_type": "x"}')
+    path = deployment_dir / "deployments" / "qwen36.toml"
+    path.write_text(QWEN36.read_text())
+    with pytest.raises(DeploymentError, match="has no 'architectures' list"):
+        load(path)
+
+
+def test_discover_reads_folders_and_reports_empty(deployment_dir: Path) -> None:
+    (deployment_dir / "deployments" / "qwen36.toml").write_text(QWEN36.read_text())
+    assert [d.key for d in discover([deployment_dir / "deployments"])] == ["qwen36"]
+    with pytest.raises(DeploymentError, match="no deployment files"):
+        discover([deployment_dir / "models"])
+
+
+def test_thresholds_for_a_workload_are_its_own_over_the_runners() -> None:
+    tiny = load(ROOT / "deployments" / "tiny-cpu.toml")
+    floors = tiny.runner.thresholds
+    assert floors["decode_tok_s"] == 0.7  # the CPU tier's measured noise, for users' workloads too
+    user = Workload(id="mine", prompts=Path("../data/prompts/chat.jsonl"), thresholds={"ttft_s": 0.2})
+    inherited = {"verify_steps_s": floors["decode_tok_s"]}  # a part of decode tok/s takes its floor
+    assert tiny.thresholds_for(user) == {**floors, "ttft_s": 0.2, **inherited}
+    assert all(tiny.thresholds_for(w) == {**floors, **inherited} for w in tiny.workloads)
+    assert load(QWEN36).thresholds_for(user) == {"ttft_s": 0.2}
