@@ -3,12 +3,16 @@
 # releases (0.5.13: boolean flags; 0.5.19: the last that deprecates them; 0.5.23: backend config).
 # The shipped deployments are checked through tests/ (their expected verdicts, the inert one
 # included), not collected directly: qwen36's mtp3-full is red on purpose.
-# Usage: ci/selftest.sh [extra pytest args...]      (fast tier: ci/selftest.sh -m "not needs_sglang",
+# Usage: ci/selftest.sh [extra pytest args...]   (-n 0: one test at a time)      (fast tier: ci/selftest.sh -m "not needs_sglang",
 # which is tests/unit and tests/integration; tests/sglang needs the SGLang environments)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash ci/setup.sh 0.5.23 0.5.13 0.5.19
-.venv/bin/ruff check src tests bench examples conftest.py
-.venv/bin/ruff format --check src tests bench examples conftest.py
+.venv/bin/ruff check src tests bench examples conftest.py docs/hooks.py
+.venv/bin/ruff format --check src tests bench examples conftest.py docs/hooks.py
 .venv/bin/mypy
-exec .venv/bin/pytest tests --sglang-version=0.5.23 -p no:cacheprovider "$@"
+# The docs site, as a reader gets it: a dead link or a page outside the nav fails the build.
+NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet --site-dir "$(mktemp -d)"
+# Two workers: most tests wait on processes, not the CPU; those that measure a server's speed are
+# marked quiet_host and run alone (tests/support/quiet_host.py).
+exec .venv/bin/pytest tests --sglang-version=0.5.23 -p no:cacheprovider -n 2 "$@"

@@ -11,13 +11,14 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
 
 from sglperf.sglang import envs
 
+from .support import quiet_host
 from .support.postgres_server import Postgres
 from .support.project import ROOT, SglangPython, make_project
 
@@ -33,6 +34,17 @@ def pytest_configure(config: pytest.Config) -> None:
     # Pin the cache root now: pytester points HOME elsewhere, and the managed SGLang environments
     # (GBs, minutes to build) must be found where they are.
     os.environ.setdefault("SGLPERF_HOME", str(envs.home()))
+    quiet_host.configure(config)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    quiet_host.unconfigure(config)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object]:
+    with quiet_host.turn(item):
+        return (yield)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -4,6 +4,8 @@ sits in tests/unit or tests/integration, or a pytest run or PostgreSQL in tests/
 
 from __future__ import annotations
 
+import itertools
+import json
 import shutil
 from pathlib import Path
 
@@ -66,3 +68,38 @@ def test_not_needs_sglang_is_the_unit_and_integration_folders(pytester: pytest.P
     )
     result = pytester.runpytest_subprocess("tests", "-m", "not needs_sglang", "-p", "no:cacheprovider", "-q")
     result.assert_outcomes(passed=2, deselected=2)
+
+
+# Each test writes when it ran; the quiet one must overlap none of the others.
+TIMED = """
+import json, os, time
+from pathlib import Path
+
+import pytest
+
+
+def _ran(name, seconds):
+    start = time.monotonic()
+    time.sleep(seconds)
+    line = json.dumps([name, start, time.monotonic()])
+    with open(Path(os.environ["RAN_LOG"]), "a") as log:
+        log.write(line + "\\n")
+"""
+QUIET = TIMED + "\n@pytest.mark.quiet_host\ndef test_quiet():\n    _ran('quiet', 1.0)\n"
+BUSY = TIMED + "".join(f"\n\ndef test_busy_{n}():\n    _ran('busy{n}', 0.4)\n" for n in range(8))
+
+
+def test_a_quiet_host_test_runs_alone_while_the_others_run_side_by_side(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _suite(pytester.path, {"integration/test_a_quiet.py": QUIET, "integration/test_busy.py": BUSY})
+    log = pytester.path / "ran.log"
+    monkeypatch.setenv("RAN_LOG", str(log))
+    result = pytester.runpytest_subprocess("tests", "-n", "2", "-p", "no:cacheprovider", "-q")
+    result.assert_outcomes(passed=9)
+    ran = {name: (start, end) for name, start, end in map(json.loads, log.read_text().splitlines())}
+    quiet = ran.pop("quiet")
+    assert all(end <= quiet[0] or start >= quiet[1] for start, end in ran.values()), (quiet, ran)
+    # The others did run side by side, so the check above could have failed.
+    spans = sorted(ran.values())
+    assert any(later[0] < earlier[1] for earlier, later in itertools.pairwise(spans)), spans

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -151,14 +152,18 @@ def _emulator_buffers(pid: int) -> set[str]:
 
 @pytest.fixture
 def own_ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A ledger of this test's own, and no emulator buffer left in /dev/shm whatever happens."""
+    """A ledger of this test's own, and no buffer of this test's servers left in /dev/shm whatever happens.
+
+    Only what this ledger recorded is removed: a test on another pytest-xdist worker may be holding a
+    buffer of its own there at the same moment."""
     home = tmp_path / "home"
     monkeypatch.setenv("SGLPERF_HOME", str(home))
-    before = set(os.listdir(server_ledger.SHARED_MEMORY_DIR))
     yield home
-    for name in set(os.listdir(server_ledger.SHARED_MEMORY_DIR)) - before:
-        if name.startswith("sglperf_emulator_buffer"):
-            os.unlink(server_ledger.SHARED_MEMORY_DIR + name)
+    for file in server_ledger.entry_files():
+        with contextlib.suppress(server_ledger.LedgerError):
+            for path in server_ledger.read_entry(file).paths:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
 
 
 @pytest.mark.skipif(not os.path.isdir(server_ledger.SHARED_MEMORY_DIR), reason="no /dev/shm here")

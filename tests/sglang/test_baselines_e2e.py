@@ -15,6 +15,9 @@ from sglperf.baselines import store
 
 from ..support.project import NEW_SGLANG, OLD_SGLANG, SglangPython, make_project, with_workloads
 
+# Measures a server's speed: runs alone under pytest-xdist (tests/conftest.py).
+pytestmark = pytest.mark.quiet_host
+
 pytest_plugins = ["pytester"]
 # Prefill long enough that TTFT (about 20 ms) dwarfs a busy box's jitter: the same 2.6-3 ms TTFT in
 # test_user_fixtures moved +11.7% between two unchanged runs in CI (threshold 5%).

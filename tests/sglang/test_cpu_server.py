@@ -53,7 +53,7 @@ from ..support.cpu_tier import (
     server_sessions,
 )
 
-pytestmark = pytest.mark.needs_sglang
+pytestmark = [pytest.mark.needs_sglang, pytest.mark.quiet_host]
 GONE_WITHIN_S = 30.0
 
 

@@ -46,7 +46,7 @@ from ..support.cpu_tier import (
     restore_env,
 )
 
-pytestmark = pytest.mark.needs_sglang
+pytestmark = [pytest.mark.needs_sglang, pytest.mark.quiet_host]
 
 # (probe, key path prefix) -> why the emulator may differ there. Keep it short: each is a known gap.
 ALLOWED = {

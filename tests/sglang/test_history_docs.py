@@ -13,6 +13,9 @@ import pytest
 from ..support.project import NEW_SGLANG, ROOT, SglangPython, make_project, with_workloads
 from .test_live import MEASURE_WORKLOAD
 
+# Measures a server's speed: runs alone under pytest-xdist (tests/conftest.py).
+pytestmark = pytest.mark.quiet_host
+
 DOC = ROOT / "docs" / "history.md"
 
 

@@ -17,7 +17,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from ..support.project import NEW_SGLANG, QWEN36, ROOT, SglangPython
+
+# Measures a server's speed: runs alone under pytest-xdist (tests/conftest.py).
+pytestmark = pytest.mark.quiet_host
 
 NIGHTS = 12
 DRIFT_FROM = 5  # the first slower night

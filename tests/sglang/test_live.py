@@ -19,6 +19,9 @@ import pytest
 
 from ..support.project import NEW_SGLANG, QWEN36, SglangPython, make_project, with_workloads
 
+# Measures a server's speed: runs alone under pytest-xdist (tests/conftest.py).
+pytestmark = pytest.mark.quiet_host
+
 pytest_plugins = ["pytester"]
 # qwen36 without mtp3-full's single-batch overlap request, which is inert (red) by design: here every
 # item can pass. (variant, intent) pairs + one live-vs-preflight item per variant.

@@ -18,6 +18,9 @@ from sglperf.testing.emulator import (
 
 from ..support.project import NEW_SGLANG, SglangPython, make_project, with_workloads
 
+# Measures a server's speed: runs alone under pytest-xdist (tests/conftest.py).
+pytestmark = pytest.mark.quiet_host
+
 pytest_plugins = ["pytester"]
 CONFIG = {"decode_step_s": 0.004, "prefill_s_per_token": 0.0002, "noise_cv": 0.02, "accept_prob": 0.7}
 WORKLOAD = """

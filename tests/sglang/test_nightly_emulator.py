@@ -6,7 +6,12 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from ..support.project import NEW_SGLANG, ROOT, SglangPython
+
+# Measures a server's speed: runs alone under pytest-xdist (tests/conftest.py).
+pytestmark = pytest.mark.quiet_host
 
 
 def test_nightly_runs_locally_against_the_emulator(tmp_path: Path, sglang_python: SglangPython) -> None:

@@ -22,6 +22,9 @@ from sglperf.runtime.server import free_port
 
 from ..support.project import NEW_SGLANG, ROOT, SglangPython, make_project, with_workloads
 
+# Measures a server's speed: runs alone under pytest-xdist (tests/conftest.py).
+pytestmark = pytest.mark.quiet_host
+
 pytest_plugins = ["pytester"]
 VARIANTS = ("mtp1", "mtp3-defaults", "mtp3-full", "mtp3-prefill-graph")
 # Prefill long enough that TTFT (about 20 ms) dwarfs the jitter of a busy 2-CPU box: at 1e-5 s per

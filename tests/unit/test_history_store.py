@@ -14,7 +14,7 @@ from sglperf import cli
 from sglperf.history import HistoryError, ingest, open_store
 from sglperf.history.compare import compare_runs, render
 from sglperf.history.records import StoredRun
-from sglperf.history.results_folder import RunStamp, collect
+from sglperf.history.results_folder import ResultsError, RunStamp, collect
 from sglperf.model.measurement import MeasurementRecord
 from sglperf.model.verdict import Status, Verdict
 
@@ -104,6 +104,14 @@ def test_a_reused_results_folder_reads_back_as_its_latest_run(tmp_path: Path) ->
     assert [m.key for m in results.measurements] == ["qwen36-mtp1-chat-c1"]
     assert [v.status for v in results.verdicts] == [Status.FAIL]
     assert ingest.from_folder(folder).identity.run_id == "run-2"
+
+
+def test_a_measurement_date_that_is_not_a_time_is_one_line_naming_the_folder(tmp_path: Path) -> None:
+    record = measurement(None, 70.0)  # from before run ids: the run's time is its earliest measurement's
+    record = record.model_copy(update={"provenance": record.provenance.model_copy(update={"date": "yesterday"})})
+    folder = _folder(tmp_path / "r", None, record)
+    with pytest.raises(ResultsError, match=r"/r: its measurement date 'yesterday' is not an ISO 8601"):
+        ingest.from_folder(folder)
 
 
 def test_import_export_and_compare_through_the_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -59,7 +59,7 @@ DEFAULT_SEED = 0
 # Fewer nights than this say nothing about a drift: with 10 or fewer, even a clean 20% step halfway
 # is not significant at alpha 0.01 with 499 permutations (the permutation p-value cannot get that
 # small), so the check would look on and never fire; with 11 the same step is found
-# (tests/test_changepoint.py).
+# (tests/unit/test_changepoint.py).
 MIN_HISTORY = 11
 HINGE_WINDOW = 3  # nights after the first change point the hinge fit may still place the start
 

@@ -45,7 +45,7 @@ def _identity(results: RunResults) -> RunIdentity:
     gpus = _joined(f"{p.gpu_count}x {p.gpu_names[0]}" for p in provenances if p.gpu_names)
     return RunIdentity(
         run_id=run_id,
-        recorded_at=_utc(recorded_at),
+        recorded_at=_utc(recorded_at, results.folder),  # run.json's start is checked when read
         runner=_joined(p.runner for p in provenances),
         gpus=gpus,
         sglang_version=_joined(
@@ -58,9 +58,15 @@ def _identity(results: RunResults) -> RunIdentity:
     )
 
 
-def _utc(stamp: str) -> str:
+def _utc(stamp: str, folder: Path) -> str:
     """ISO 8601 in UTC, so that stored times sort as text."""
-    moment = _dt.datetime.fromisoformat(stamp)
+    try:
+        moment = _dt.datetime.fromisoformat(stamp)
+    except ValueError:
+        raise ResultsError(
+            f"{folder}: its measurement date {stamp!r} is not an ISO 8601 time: "
+            "fix or remove the record that carries it, then import again"
+        ) from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=_dt.UTC)
     return moment.astimezone(_dt.UTC).replace(microsecond=0).isoformat()

@@ -165,7 +165,7 @@ def installed_sglang(python: str) -> tuple[str, float]:
             f"no SGLang installed for {python}. Either let sglperf build an environment for a release "
             "(`sglperf env build 0.5.23`, then `--sglang 0.5.23` / `--sglang-version 0.5.23`), or install it "
             f"there: `{python} -m pip install --no-deps sglang==VERSION` plus its light requirements "
-            "(see README, 'SGLang environments')."
+            "(see docs/environments.md)."
         )
     return found[0], found[1]
 

@@ -1,6 +1,6 @@
 """What users' own tests get from the fixtures: a running variant's server, and effective args.
 
-Stable, typed, documented in README ("Writing your own tests"): change only compatibly.
+Stable, typed, documented in docs/writing-tests.md: change only compatibly.
 """
 
 from __future__ import annotations

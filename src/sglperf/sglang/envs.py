@@ -323,7 +323,7 @@ def cpu_flags(cpuinfo: str | None = None) -> set[str]:
 
 
 def cpu_kind(flags: set[str] | None = None) -> str:
-    """This CPU in the words the README's tier table uses: which of the project's CPU kinds it is."""
+    """Which of the project's CPU kinds this is, in the words of docs/cpu-tier.md ("Which CPU runs what")."""
     flags = cpu_flags() if flags is None else flags
     if not flags:
         return "a CPU of unknown kind (no /proc/cpuinfo flags)"

@@ -59,7 +59,7 @@ class WatchedSeries:
 
 
 # The server metrics that explain a slower round. Each exists in 0.5.13, 0.5.19 and 0.5.23
-# (tests/test_metrics_catalogue.py reads their code); a release without one says so once.
+# (tests/sglang/test_metrics_catalogue.py reads their code); a release without one says so once.
 WATCHED: tuple[WatchedSeries, ...] = (
     WatchedSeries("sglang:num_retracted_requests_total", "retracted requests", per_round=True),
     WatchedSeries("sglang:num_aborted_requests_total", "aborted requests", per_round=True),
