@@ -103,3 +103,30 @@ def test_a_quiet_host_test_runs_alone_while_the_others_run_side_by_side(
     # The others did run side by side, so the check above could have failed.
     spans = sorted(ran.values())
     assert any(later[0] < earlier[1] for earlier, later in itertools.pairwise(spans)), spans
+
+
+NESTED = """
+import subprocess, sys
+
+import pytest
+
+
+@pytest.mark.quiet_host
+def test_quiet_runs_pytest():
+    # As the nightly tests do: a pytest of this suite, started by a test that holds the host.
+    run = subprocess.run([sys.executable, "-m", "pytest", "tests/integration/test_inner.py", "-q", "-p",
+                          "no:cacheprovider"], timeout=60, capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr
+"""
+
+
+def test_a_pytest_started_by_a_quiet_host_test_does_not_wait_for_the_lock_its_test_holds(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _suite(
+        pytester.path,
+        {"integration/test_a_nested.py": NESTED, "integration/test_inner.py": PLAIN, "integration/test_busy.py": BUSY},
+    )
+    monkeypatch.setenv("RAN_LOG", str(pytester.path / "ran.log"))
+    result = pytester.runpytest_subprocess("tests", "-n", "2", "-p", "no:cacheprovider", "-q", timeout=120)
+    result.assert_outcomes(passed=10)
