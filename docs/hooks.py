@@ -1,4 +1,5 @@
-"""mkdocs hook: the intent table of docs/intents.md, generated from the code that spells the flags.
+"""mkdocs hook: the intent table of docs/intents.md, generated from the code that spells the flags,
+and the metric table of docs/measurement.md, from the one table the code reads.
 
 A hand-written table of flag spellings drifts the day an intent learns a new release's flag. Instead,
 every intent in ``sglperf.sglang.intents.INTENTS`` is asked, through its own ``flags()``, how it would
@@ -22,10 +23,13 @@ from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import Files
 from mkdocs.structure.pages import Page
 
+from sglperf.model.metrics import METRICS
 from sglperf.sglang.intents import INTENTS, Intent, IntentNotExpressible, ParserInfo, Speculative
 
 MARKER = "<!-- intents-table -->"
 PAGE = "intents.md"
+METRICS_MARKER = "<!-- metrics-table -->"
+METRICS_PAGE = "measurement.md"
 NOTE = re.compile(r"^- \*\*`([a-z_]+)`\*\*", re.M)
 # An architecture on the parser's own allow-list: the intents that depend on one take their first choice.
 ARCHITECTURE = ("AnyArchitectureForCausalLM",)
@@ -116,7 +120,22 @@ def intents_table() -> str:
     return "\n".join(rows)
 
 
+def metrics_table() -> str:
+    """The metric table (`sglperf.model.metrics.METRICS`) as the reader needs it: name, unit, which way
+    is better, the default floor, and whether it is one value per round or a mean over requests."""
+    rows = ["| metric | unit | better | default floor | per round |", "|---|---|---|---|---|"]
+    for m in METRICS.values():
+        floor = f"{m.default_threshold:.0%}" + (f" (or `{m.floor_from}`'s)" if m.floor_from else "")
+        per_round = "yes" if m.per_round else "mean over the round's requests"
+        rows.append(f"| `{m.name}` | {m.unit} | {m.direction.value} | {floor} | {per_round} |")
+    return "\n".join(rows)
+
+
 def on_page_markdown(markdown: str, /, *, page: Page, config: MkDocsConfig, files: Files) -> str:
+    if page.file.src_uri == METRICS_PAGE:
+        if markdown.count(METRICS_MARKER) != 1:
+            raise PluginError(f"docs/{METRICS_PAGE}: needs exactly one {METRICS_MARKER} line for the metric table")
+        return markdown.replace(METRICS_MARKER, metrics_table())
     if page.file.src_uri != PAGE:
         return markdown
     if markdown.count(MARKER) != 1:

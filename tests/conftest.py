@@ -11,11 +11,14 @@
 from __future__ import annotations
 
 import os
+import sys
+import uuid
 from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
 
+from sglperf.runtime import gpus, server_ledger
 from sglperf.sglang import envs
 
 from .support import quiet_host
@@ -97,6 +100,40 @@ def sglang_python() -> SglangPython:
         return str(envs.ensure_env(version, print).python)
 
     return get
+
+
+@pytest.fixture
+def own_sglperf_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """SGLPERF_HOME of this test's own (the server ledger, the caches); the managed environments are
+    then not found: only for tests that need none."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("SGLPERF_HOME", str(home))
+    return home
+
+
+@pytest.fixture
+def no_gpu_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """No simulation, no pynvml, an empty PATH: a machine without GPUs. Returns the PATH folder."""
+    monkeypatch.delenv(gpus.SIMULATED_ENV, raising=False)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # makes `import pynvml` raise ImportError
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    monkeypatch.setenv("PATH", str(bin_dir))
+    return bin_dir
+
+
+@pytest.fixture
+def shm_file() -> Iterator[str]:
+    """A 4 KiB file in /dev/shm, removed after the test if still there."""
+    path = f"{server_ledger.SHARED_MEMORY_DIR}sglperf-test-{uuid.uuid4().hex}"
+    with open(path, "wb") as fh:
+        fh.write(b"\0" * 4096)
+    try:
+        yield path
+    finally:
+        if os.path.exists(path):
+            os.unlink(path)
 
 
 @pytest.fixture

@@ -14,10 +14,10 @@ So each block is classified by its language and checked by something real:
 
   - runs here, when every command in it is cheap: ``--help``, ``pytest --collect-only``,
     ``mkdocs build`` (into a temporary folder);
-  - or names what runs it in an HTML comment right before the block, ``<!-- run-by: PATH -->``: the file
-    must exist and hold each command's distinctive words (its script, sglperf subcommand, long options
-    and the environment variables it sets), or name the page itself (a test that runs the page's
-    blocks verbatim, as tests/sglang/test_history_docs.py does);
+  - or names what runs it in an HTML comment right before the block, ``<!-- run-by: PATH -->`` (or
+    ``PATH, HELPER``): the files must exist and together hold each command's distinctive words (its
+    script, sglperf subcommand, long options and the environment variables it sets), or name the page
+    itself (a test that runs the page's blocks verbatim, as tests/sglang/test_history_docs.py does);
   - or says why nothing runs it, ``<!-- not-run: REASON -->`` (a GPU, a running server): the reason is
     mandatory.
 * ``text``: output, not checked. A block with no language or another one is a problem: it would be
@@ -334,13 +334,19 @@ def _holds(text: str, word: str) -> bool:
     return re.search(rf"(?<![\w-]){re.escape(word)}(?![\w-])", text) is not None
 
 
-def run_by_problems(block: Block, path: str) -> list[str]:
-    target = ROOT / path
-    if not path or not target.is_file():
-        moved = sorted(_shown(p) for p in ROOT.glob(f"tests/**/{Path(path).name}")) if path else []
-        hint = f" (moved to {', '.join(moved)}?)" if moved else ""
-        return [f"run-by: {path or '(nothing)'} is not a file of the repository{hint}"]
-    text = target.read_text(encoding="utf-8", errors="replace")
+def run_by_problems(block: Block, value: str) -> list[str]:
+    """``value``: the test or script that runs the block, or several separated by commas when a test runs
+    it through a helper of its own (the helper holds some of the command's words, the test the rest)."""
+    paths = [p.strip() for p in value.split(",")]
+    texts = []
+    for path in paths:
+        target = ROOT / path
+        if not path or not target.is_file():
+            moved = sorted(_shown(p) for p in ROOT.glob(f"tests/**/{Path(path).name}")) if path else []
+            hint = f" (moved to {', '.join(moved)}?)" if moved else ""
+            return [f"run-by: {path or '(nothing)'} is not a file of the repository{hint}"]
+        texts.append(target.read_text(encoding="utf-8", errors="replace"))
+    text, path = "\n".join(texts), ", ".join(paths)
     if _holds(text, block.page.name):  # it reads the page and runs its blocks as written
         return []
     problems = []

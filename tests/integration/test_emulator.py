@@ -6,10 +6,13 @@ import contextlib
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +25,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from sglperf.runtime.server import free_port
+from sglperf.sglang.batch_log import parse_batch_lines
 from sglperf.testing.emulator.config import CONFIG_ENV, EFFECTIVE_ENV, EmulatorConfig
 from sglperf.testing.emulator.console import READY_LINE
 from sglperf.testing.emulator.timing import (
@@ -444,6 +448,113 @@ def test_decode_rate_matches_truth(spawn: Callable[..., Emulator]) -> None:
     # Against this request's own draws (seeded) the emitted rate is tighter still.
     realized = (final["completion_tokens"] - 1) / (final["spec_verify_ct"] * spec_config["decode_step_s"])
     assert _decode_rate(spec_chunks) == pytest.approx(realized, rel=0.03)
+
+
+# --- under load (timing.py's "Under load") ---
+
+# Slow enough that 8 streams and their client threads keep up on a busy 2-CPU box; an 11-token prompt
+# prefills in 44 ms, so a burst of 8 queues about 0.3 s behind one prefill slot.
+LOAD_BASE: dict[str, Any] = {"decode_step_s": 0.008, "prefill_s_per_token": 0.004, "noise_cv": 0.0}
+LOAD_KNOBS: dict[str, Any] = {"step_s_per_running_request": 0.008, "prefill_slots": 1}
+LOAD_TOKENS = 25
+
+
+@dataclass(frozen=True)
+class Streamed:
+    """One stream as its client saw it, with the server's final ``meta_info``."""
+
+    ttft: float
+    decode_tok_s: float
+    meta: dict[str, Any]
+
+
+def _streams(emu: Emulator, n: int) -> list[Streamed]:
+    """n streams of LOAD_TOKENS tokens sent together (each from its own thread and connection)."""
+    gate = threading.Barrier(n)
+
+    def one(_: int) -> Streamed:
+        with emu.client() as c:
+            gate.wait()
+            start = time.perf_counter()
+            chunks = native_chunks(sse(c, "/generate", stream_body(LOAD_TOKENS)))
+        return Streamed(chunks[0][0] - start, _decode_rate(chunks), chunks[-1][1]["meta_info"])
+
+    with ThreadPoolExecutor(n) as pool:
+        return list(pool.map(one, range(n)))
+
+
+def _p99(values: list[float]) -> float:
+    return float(np.percentile(values, 99))
+
+
+def _gauges_during(emu: Emulator, work: Callable[[], list[Streamed]]) -> tuple[list[Streamed], dict[str, float]]:
+    """``work``'s result, and the highest num_running_reqs / num_queue_reqs /metrics showed meanwhile."""
+    names = ("sglang:num_running_reqs", "sglang:num_queue_reqs")
+    highest = dict.fromkeys(names, 0.0)
+    done = threading.Event()
+
+    def watch() -> None:
+        with emu.client() as c:
+            while not done.is_set():
+                families = scrape(c)
+                for name in names:
+                    highest[name] = max(highest[name], value(families, name) or 0.0)
+                time.sleep(0.01)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        result = work()
+    finally:
+        done.set()
+        watcher.join(timeout=10)
+    return result, highest
+
+
+def test_load_knobs_slow_a_burst_but_not_a_request_alone(spawn: Callable[..., Emulator]) -> None:
+    plain = spawn("--enable-metrics", config=LOAD_BASE, wait=False)
+    loaded = spawn("--enable-metrics", config={**LOAD_BASE, **LOAD_KNOBS}, wait=False)
+    plain.wait_healthy()
+    loaded.wait_healthy()
+    plain_alone, loaded_alone = _streams(plain, 1)[0], _streams(loaded, 1)[0]
+    plain_burst = _streams(plain, 8)
+    loaded_burst, highest = _gauges_during(loaded, lambda: _streams(loaded, 8))
+
+    # (c) Alone, the knobs change nothing: no queue, the plan's own first token, the single-stream rate.
+    truth = EmulatorConfig(**LOAD_BASE)
+    prompt = prompt_tokens_of_text(stream_body(1)["text"])
+    first_token = plan_request(truth, None, prompt, LOAD_TOKENS, np.random.default_rng([0, 0]))  # noise off
+    for alone in (plain_alone, loaded_alone):
+        assert alone.meta["queue_time"] == 0.0
+        assert alone.meta["first_token_latency"] == first_token.passes[0].at_s
+        assert alone.decode_tok_s == pytest.approx(expected_decode_tok_s(truth, None), rel=0.1)
+    assert loaded_alone.decode_tok_s == pytest.approx(plain_alone.decode_tok_s, rel=0.1)
+
+    # (a) Knobs off: 8 at once are served as if each were alone.
+    assert all(s.meta["queue_time"] == 0.0 for s in plain_burst)
+    assert {s.meta["first_token_latency"] for s in plain_burst} == {first_token.passes[0].at_s}
+    assert statistics.median(s.decode_tok_s for s in plain_burst) > 0.7 * plain_alone.decode_tok_s
+
+    # (b) Knobs on: the burst queues for prefill (a tail TTFT several times one alone, and than the same
+    # burst without the knobs) and decodes in one batch (per-stream decode several times slower).
+    ttfts = [s.ttft for s in loaded_burst]
+    assert _p99(ttfts) > 3 * loaded_alone.ttft and _p99(ttfts) > 2 * _p99([s.ttft for s in plain_burst])
+    assert max(s.meta["queue_time"] for s in loaded_burst) > 0
+    assert statistics.median(s.decode_tok_s for s in loaded_burst) < loaded_alone.decode_tok_s / 3
+    # The server's own account of the batch agrees (its times are the model's, free of client jitter).
+    assert statistics.median(s.meta["decode_throughput"] for s in loaded_burst) < (
+        loaded_alone.meta["decode_throughput"] / 3
+    )
+    # /metrics saw the queue and the batch, and both are empty again.
+    assert highest["sglang:num_queue_reqs"] >= 1 and highest["sglang:num_running_reqs"] >= 2
+    with loaded.client() as c:
+        after = scrape(c)
+    assert value(after, "sglang:num_queue_reqs") == 0 and value(after, "sglang:num_running_reqs") == 0
+    # So do the batch lines: a prefill with requests queued behind it, a decode batch of several.
+    lines = parse_batch_lines(loaded.log())
+    assert max(b.queue_req or 0 for b in lines if b.kind == "prefill") >= 1
+    assert max(b.running_req or 0 for b in lines if b.kind == "decode") >= 2
+    assert max(b.queue_req or 0 for b in parse_batch_lines(plain.log())) == 0
 
 
 def test_openai_streams_expose_tokens_per_chunk(spawn: Callable[..., Emulator]) -> None:

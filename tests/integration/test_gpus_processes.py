@@ -26,18 +26,6 @@ from sglperf.runtime.gpus import (
 )
 
 
-@pytest.fixture
-def no_gpu_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    """No simulation, no pynvml, an empty PATH: a machine without GPUs. Returns the PATH folder."""
-    monkeypatch.delenv(gpus.SIMULATED_ENV, raising=False)
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    monkeypatch.setitem(sys.modules, "pynvml", None)  # makes `import pynvml` raise ImportError
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    monkeypatch.setenv("PATH", str(bin_dir))
-    return bin_dir
-
-
 def _fake_nvidia_smi(bin_dir: Path, body: str) -> None:
     script = bin_dir / "nvidia-smi"
     script.write_text(f"#!/bin/sh\n{body}\n")

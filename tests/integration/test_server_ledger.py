@@ -6,9 +6,6 @@ from __future__ import annotations
 import mmap
 import os
 import subprocess
-import uuid
-from collections.abc import Iterator
-from pathlib import Path
 
 import psutil
 import pytest
@@ -16,24 +13,10 @@ import pytest
 from sglperf import cli
 from sglperf.runtime import server_ledger
 
-pytestmark = pytest.mark.skipif(not os.path.isdir(server_ledger.SHARED_MEMORY_DIR), reason="no /dev/shm here")
-
-
-@pytest.fixture(autouse=True)
-def own_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("SGLPERF_HOME", str(tmp_path / "home"))
-
-
-@pytest.fixture
-def shm_file() -> Iterator[str]:
-    path = f"{server_ledger.SHARED_MEMORY_DIR}sglperf-test-{uuid.uuid4().hex}"
-    with open(path, "wb") as fh:
-        fh.write(b"\0" * 4096)
-    try:
-        yield path
-    finally:
-        if os.path.exists(path):
-            os.unlink(path)
+pytestmark = [
+    pytest.mark.skipif(not os.path.isdir(server_ledger.SHARED_MEMORY_DIR), reason="no /dev/shm here"),
+    pytest.mark.usefixtures("own_sglperf_home"),
+]
 
 
 def _dead_server(paths: set[str]) -> server_ledger.LedgerEntry:

@@ -3,25 +3,19 @@ record, rerun unchanged, slower decode, lower acceptance, faster, refusals and i
 
 from __future__ import annotations
 
-import itertools
-import json
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from sglperf.baselines import store
 
+from ..support.emulator_runs import Suite
 from ..support.project import NEW_SGLANG, OLD_SGLANG, SglangPython, make_project, with_workloads
 
 # Measures a server's speed: runs alone under pytest-xdist (tests/conftest.py).
 pytestmark = pytest.mark.quiet_host
 
 pytest_plugins = ["pytester"]
-# Prefill long enough that TTFT (about 20 ms) dwarfs a busy box's jitter: the same 2.6-3 ms TTFT in
-# test_user_fixtures moved +11.7% between two unchanged runs in CI (threshold 5%).
-FAST = {"decode_step_s": 0.003, "prefill_s_per_token": 0.0005, "noise_cv": 0.02}
 # A small workload with the default sample budget (12 rounds), so a run takes seconds.
 WORKLOAD = """
 [[workloads]]
@@ -33,41 +27,6 @@ concurrency = [1]
 warmup = 1
 repeats = 12
 """
-
-
-@dataclass
-class Suite:
-    """`pytest -m measure` on the emulator in a project folder, as a user runs it: one results folder per
-    run, one baselines folder for all."""
-
-    pytester: pytest.Pytester
-    sglang_python: SglangPython
-    runs: Iterator[int] = field(default_factory=itertools.count)
-
-    @property
-    def path(self) -> Path:
-        return self.pytester.path
-
-    def __call__(
-        self, *args: str, sglang: str = NEW_SGLANG, variant: str = "mtp3-prefill-graph", **emulator: object
-    ) -> pytest.RunResult:
-        config = json.dumps({**FAST, **emulator})
-        return self.pytester.runpytest_subprocess(
-            "-m",
-            "measure",
-            "-k",
-            variant,
-            f"--sglang-python={self.sglang_python(sglang)}",
-            "--emulator",
-            f"--emulator-config={config}",
-            f"--baselines-dir={self.path / 'baselines'}",
-            f"--results-dir={self.path / 'results' / f'run{next(self.runs)}'}",
-            "-p",
-            "no:cacheprovider",
-            "-rA",
-            *args,
-            timeout=300,
-        )
 
 
 @pytest.fixture

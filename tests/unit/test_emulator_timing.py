@@ -1,5 +1,5 @@
-"""The emulator's timing truth, without a server: expected rates, reproducible request plans, and the
-gap a retraction leaves (the server itself: tests/integration/test_emulator.py)."""
+"""The emulator's timing truth, without a server: expected rates, reproducible request plans, the gap
+a retraction leaves, and the load model (the server itself: tests/integration/test_emulator.py)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,11 @@ import pytest
 
 from sglperf.testing.emulator.config import ConfigError, EmulatorConfig
 from sglperf.testing.emulator.timing import (
+    PrefillSlots,
     chunk_plan,
     expected_accept_length,
     expected_decode_tok_s,
+    loaded_step_s,
     plan_request,
 )
 
@@ -69,3 +71,82 @@ def test_retraction_leaves_a_gap_in_the_plan() -> None:
         EmulatorConfig(retract_fraction=-0.1)
     with pytest.raises(ConfigError):
         EmulatorConfig(retract_pause_s=-1.0)
+
+
+# --- under load (timing.py's "Under load") ---
+
+
+def _with_knobs(config: EmulatorConfig) -> EmulatorConfig:
+    return dataclasses.replace(config, step_s_per_running_request=0.01, prefill_slots=1)
+
+
+def _burst_ttfts(config: EmulatorConfig, n: int, prefill_s: float) -> list[float]:
+    """TTFTs of n requests arriving at once: the prefill queue, the prefill, then a first step beside
+    the requests decoding by then (each reaches its first step after those ahead of it)."""
+    slots = PrefillSlots(config.prefill_slots)
+    ttfts = []
+    for i in range(n):
+        start = slots.admit(0.0, prefill_s)
+        decoding = i + 1 if config.prefill_slots == 1 else n
+        ttfts.append(start + prefill_s + loaded_step_s(config, config.decode_step_s, decoding))
+    return ttfts
+
+
+def test_load_knobs_off_by_default_change_nothing() -> None:
+    config = EmulatorConfig(decode_step_s=0.01, decode_slowdown=1.5)
+    assert config.step_s_per_running_request == 0.0 and config.prefill_slots is None and not config.contended
+    # Exactly (not approximately) today's numbers, whatever the concurrency.
+    for running in (1, 2, 8, 256):
+        assert expected_decode_tok_s(config, None, running) == 1.0 / (0.01 * 1.5)
+        assert expected_decode_tok_s(config, 3, running) == expected_decode_tok_s(config, 3)
+        assert loaded_step_s(config, 0.0123, running) == 0.0123
+    slots = PrefillSlots(None)
+    assert [slots.admit(t, 0.5) for t in (0.0, 0.0, 0.1, 0.1)] == [0.0, 0.0, 0.1, 0.1]
+    assert _burst_ttfts(config, 8, 0.05) == [0.05 + 0.01] * 8
+
+
+def test_load_slows_a_batch_and_queues_a_burst() -> None:
+    config = _with_knobs(EmulatorConfig(decode_step_s=0.01, noise_cv=0.0))
+    assert config.contended
+    # A step serves the whole batch: 8 streams each decode at an eighth of one's rate.
+    assert expected_decode_tok_s(config, None, 8) == pytest.approx(expected_decode_tok_s(config, None) / 8)
+    assert expected_decode_tok_s(config, 3, 2) == pytest.approx(expected_decode_tok_s(config, 3) / 2)
+    # The noise drawn for the step scales the load's share too.
+    assert loaded_step_s(config, 0.012, 8) == pytest.approx(0.012 * 8)
+    # One slot: a burst prefills one after another, first come first served.
+    slots = PrefillSlots(1)
+    assert [slots.admit(0.0, 0.05) for _ in range(4)] == pytest.approx([0.0, 0.05, 0.10, 0.15])
+    assert slots.admit(0.1, 0.05) == pytest.approx(0.2)  # arrived later, so behind all of them
+    assert slots.admit(5.0, 0.05) == 5.0  # the queue drained long before: no wait
+    two = PrefillSlots(2)
+    assert [two.admit(0.0, 0.05) for _ in range(5)] == pytest.approx([0.0, 0.0, 0.05, 0.05, 0.10])
+    # p99 TTFT of a burst of 8 against one request alone: the tail grows with the queue.
+    alone = _burst_ttfts(config, 1, 0.05)[0]
+    burst = _burst_ttfts(config, 8, 0.05)
+    assert float(np.percentile(burst, 99)) > 5 * alone
+    assert min(burst) == alone  # the first in line waits for nobody
+
+
+def test_a_request_alone_is_unaffected_by_the_load_knobs() -> None:
+    plain = EmulatorConfig(noise_cv=0.05, decode_step_s=0.01)
+    loaded = _with_knobs(plain)
+    assert expected_decode_tok_s(loaded, None) == expected_decode_tok_s(plain, None)
+    assert expected_decode_tok_s(loaded, 3, running=1) == expected_decode_tok_s(plain, 3)
+    assert loaded_step_s(loaded, 0.0123, 1) == 0.0123
+    assert PrefillSlots(1).admit(2.5, 0.05) == 2.5
+    assert _burst_ttfts(loaded, 1, 0.05) == _burst_ttfts(plain, 1, 0.05)
+    # The plan is drawn the same way: the knobs move when passes happen, never what they yield.
+    for i in range(3):
+        assert plan_request(loaded, 3, 100, 200, np.random.default_rng([0, i])) == plan_request(
+            plain, 3, 100, 200, np.random.default_rng([0, i])
+        )
+
+
+def test_load_knob_validation() -> None:
+    assert EmulatorConfig.from_mapping({"prefill_slots": None}).prefill_slots is None
+    assert EmulatorConfig.from_env('{"prefill_slots": 2, "step_s_per_running_request": 0.001}').prefill_slots == 2
+    for bad in ({"prefill_slots": 0}, {"prefill_slots": -1}, {"prefill_slots": 1.5}, {"prefill_slots": True}):
+        with pytest.raises(ConfigError, match="prefill_slots"):
+            EmulatorConfig.from_mapping(bad)
+    with pytest.raises(ConfigError, match="step_s_per_running_request"):
+        EmulatorConfig(step_s_per_running_request=-0.001)

@@ -36,18 +36,6 @@ pytestmark = pytest.mark.selftest
 A6000 = RunnerProfile(name="2xA6000", gpu_count=2, gpu_name="NVIDIA RTX A6000", compute_capability="8.6", memory_gib=48)
 
 
-@pytest.fixture
-def no_gpu_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    """No simulation, no pynvml, an empty PATH: a machine without GPUs. Returns the PATH folder."""
-    monkeypatch.delenv(gpus.SIMULATED_ENV, raising=False)
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    monkeypatch.setitem(sys.modules, "pynvml", None)  # makes `import pynvml` raise ImportError
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    monkeypatch.setenv("PATH", str(bin_dir))
-    return bin_dir
-
-
 # --- inventory -----------------------------------------------------------------------------------
 
 

@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from sglperf.baselines import roofline
 from sglperf.history import ingest, open_store
 from sglperf.history.results_folder import ResultsError, collect
+from sglperf.model.hardware import Bandwidth
 from sglperf.model.host_load import HostLoad, HostLoadSummary
 from sglperf.model.measurement import (
     BaselineStatus,
@@ -321,3 +323,53 @@ def test_the_host_line_says_what_others_took_and_which_rounds_were_run_again(tmp
     assert "Host: host load not counted: the server is attached" in report_of(
         write_folder(tmp_path / "a", [], [attached])
     )
+
+
+def with_roofline(m: MeasurementRecord, measured_tok_s: float) -> MeasurementRecord:
+    """``m`` with the roofline of 2x RTX A6000 for qwen36 with MTP: 768 GB/s / 25.6 GB x 2.5 = 75 tok/s."""
+    weights = roofline.WeightBytes(25_600_000_000, "preflight: parameters SGLang's X holds on TP rank 0")
+    bandwidth = Bandwidth(768.0, "NVIDIA RTX A6000 datasheet (768 GB/s)")
+    roof = roofline.decode_roofline(bandwidth, weights, measured_tok_s, 2.5, "NVIDIA RTX A6000")
+    return m.model_copy(update={"roofline": roof})
+
+
+def test_a_plausible_roofline_is_a_hardware_figure_with_its_inputs(tmp_path: Path) -> None:
+    report = report_of(write_folder(tmp_path / "night", [], [with_roofline(measurement(), 70.0)]))
+    assert (
+        "Roofline: decode 70 tok/s is **93% of roofline** (75 tok/s = 768 GB/s / 25.6 GB per GPU per step x 2.5 "
+        "tok/step; bandwidth: NVIDIA RTX A6000 datasheet (768 GB/s); weights: preflight: parameters SGLang's X "
+        "holds on TP rank 0; tokens per step: measured acceptance length (median over rounds))"
+    ) in report
+    assert "## Roofline" in report and "Roofline check" not in report
+
+
+def test_a_share_above_the_limit_is_reported_as_wrong_inputs_not_as_a_hardware_figure(tmp_path: Path) -> None:
+    report = report_of(write_folder(tmp_path / "night", [], [with_roofline(measurement(), 1245.0)]))
+    assert (
+        "Roofline: **not a hardware figure**: decode 1245 tok/s is 1660% of the computed limit of 75 tok/s "
+        "(over 105% is impossible, not fast): the roofline inputs or the measurement are wrong. Inputs: bandwidth "
+        "768 GB/s (NVIDIA RTX A6000 datasheet (768 GB/s)); weight bytes per step 25.6 GB per GPU (preflight: "
+        "parameters SGLang's X holds on TP rank 0); tokens per step 2.5 (measured acceptance length (median over "
+        "rounds))"
+    ) in report
+    assert "of roofline**" not in report
+    check = (
+        "**Roofline check**: 1 measurement(s) above the memory-bandwidth limit, which no GPU can do, so their "
+        "roofline inputs or their measurement are wrong: qwen36-mtp1-decode-chat-c1 (each one's Roofline line "
+        "names the inputs)."
+    )
+    assert check in report and report.index(check) < report.index("## qwen36 / mtp1")  # said up front
+
+
+def test_no_hardware_roofline_against_the_emulator(tmp_path: Path) -> None:
+    # A record written before the emulator check, carrying a share of the runner's GPU bandwidth.
+    old = with_roofline(measurement(emulated=True), 1245.0)
+    new = measurement(emulated=True).model_copy(update={"roofline_note": roofline.EMULATOR_NOTE})
+    for name, m in (("old", old), ("new", new)):
+        report = report_of(write_folder(tmp_path / name, [], [m]))
+        assert (
+            "Roofline: not computed (the emulator has no memory bandwidth: its decode rate is a configured delay, "
+            "not a GPU's)"
+        ) in report
+        assert "of roofline" not in report and "computed limit" not in report
+        assert "## Roofline" not in report and "Roofline check" not in report

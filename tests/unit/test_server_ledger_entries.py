@@ -5,32 +5,15 @@ from __future__ import annotations
 
 import json
 import os
-import uuid
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from sglperf.runtime import server_ledger
 
-pytestmark = pytest.mark.skipif(not os.path.isdir(server_ledger.SHARED_MEMORY_DIR), reason="no /dev/shm here")
-
-
-@pytest.fixture(autouse=True)
-def own_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("SGLPERF_HOME", str(tmp_path / "home"))
-
-
-@pytest.fixture
-def shm_file() -> Iterator[str]:
-    path = f"{server_ledger.SHARED_MEMORY_DIR}sglperf-test-{uuid.uuid4().hex}"
-    with open(path, "wb") as fh:
-        fh.write(b"\0" * 4096)
-    try:
-        yield path
-    finally:
-        if os.path.exists(path):
-            os.unlink(path)
+pytestmark = [
+    pytest.mark.skipif(not os.path.isdir(server_ledger.SHARED_MEMORY_DIR), reason="no /dev/shm here"),
+    pytest.mark.usefixtures("own_sglperf_home"),
+]
 
 
 def test_an_unreadable_entry_is_named_and_left_with_its_files(shm_file: str) -> None:

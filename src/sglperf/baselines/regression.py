@@ -34,7 +34,8 @@ def round_samples(result: WorkloadResult) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {}
     for metric in METRICS:
         if METRICS[metric].per_round:
-            if per_round := round_metric_values(result.rounds, result.concurrency, metric):
+            open_loop = result.rate is not None
+            if per_round := round_metric_values(result.rounds, result.concurrency, metric, open_loop=open_loop):
                 out[metric] = list(per_round)
             continue
         values = []
@@ -111,8 +112,9 @@ class BaselineLookup:
     why_not_sequential: str = ""  # the same, said as the reason the full round budget runs
 
 
-def look_up(path: Path, prov: Provenance, key: str, record_command: str) -> BaselineLookup:
-    """The baseline entry ``key`` at ``path`` as comparable with a run of ``prov``, read once."""
+def look_up(path: Path, prov: Provenance, key: str, record_command: str, schedule: str = "") -> BaselineLookup:
+    """The baseline entry ``key`` at ``path`` as comparable with a run of ``prov`` (and, open loop, of
+    ``schedule``: `Workload.schedule`), read once."""
     try:
         stored = store.load(path)
     except store.BaselineMissing as exc:
@@ -142,6 +144,9 @@ def look_up(path: Path, prov: Provenance, key: str, record_command: str) -> Base
             why_not_sequential=f"the baseline has no entry {key}",
         )
     identity = store.identity_problems(stored, prov)
+    if entry.schedule != schedule:  # other sends, another load: tails and goodput would differ by design
+        then, now = entry.schedule or "closed loop", schedule or "closed loop"
+        identity.append(f"{key} was sent as [{then}], this run as [{now}]")
     if identity:
         return BaselineLookup(
             path,

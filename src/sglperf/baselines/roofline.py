@@ -24,8 +24,14 @@ What the limit leaves out, so the true limit is lower and 100% is out of reach:
 * tensor-parallel communication (all-reduce per layer);
 * the MTP / draft model's own weights: each of the ``num_steps`` draft passes reads the draft layer
   (and with a shared LM head, the LM head) again. Not counted, because whether SGLang shares the
-  LM head and embedding with the draft differs by model and release; with MTP the fraction is
-  therefore an overestimate of how close decode is to the limit.
+  LM head and embedding with the draft differs by model and release; with MTP the computed limit is
+  therefore higher than the true one, and the fraction understates how close decode is to it.
+
+Every term left out lowers the true limit, so a measured rate above the computed limit is not a
+fast server: it says an input (bandwidth, weight bytes per step, tokens per step) or the
+measurement itself is wrong. Such a record carries ``problem`` naming the inputs, and its fraction
+is not shown as a hardware figure. The emulator has no memory bandwidth (its decode rate is a
+configured delay), so emulated measurements get no roofline at all (`EMULATOR_NOTE`).
 
 At concurrency > 1 the per-stream fraction falls by design (a step serves several streams), so
 compare fractions between runs of one concurrency, not across concurrencies.
@@ -51,6 +57,18 @@ LEFT_OUT = (
     "KV-cache and linear-attention state reads, activations, tensor-parallel communication and MTP/draft "
     "weights are not counted: the true limit is lower"
 )
+# Why an emulated measurement has no roofline. Not a figure labelled "the emulator's": its decode
+# rate is whatever delay its config sets, so a share of a GPU's bandwidth limit would be a number
+# that means nothing yet reads like (and gets compared with) a hardware one.
+EMULATOR_NOTE = "the emulator has no memory bandwidth: its decode rate is a configured delay, not a GPU's"
+# A measured rate above this share of the computed limit is impossible, not fast: everything the
+# limit leaves out only lowers the true limit. The 5% slack is for what can put an honest
+# measurement a little over it: vendor bandwidth figures are nominal (factory-overclocked boards run
+# memory a few percent faster), decode tok/s is timed between the first and last token-carrying
+# chunks (one chunk's worth of tokens at the window's edge) and is a median over a few rounds.
+# Wrong inputs are off by far more: a GPU table row for another board, quantised weights counted at
+# 16 bits, a wrong tensor-parallel size, a draft's acceptance length missed.
+IMPOSSIBLE_ABOVE = 1.05
 
 
 @dataclass(frozen=True)
@@ -84,19 +102,28 @@ def weight_bytes_per_step(model: ModelFacts | None, config: Mapping[str, Any], t
     except ValueError:
         size, dtype_bytes = None, 2
     embedding = embedding_bytes_per_gpu(config, tp, dtype_bytes)
-    minus = ", input embedding excluded" if embedding else ""
     if model is not None and model.param_bytes_per_rank > 0:
         read = model.param_bytes_per_rank - model.vision_param_bytes_per_rank - embedding
+        dropped = ["vision tower"] if model.vision_param_bytes_per_rank else []
+        dropped += ["input embedding"] if embedding else []
         return WeightBytes(
             read,
-            f"preflight: parameters SGLang's {model.architecture} holds on TP rank 0, vision tower{minus} excluded",
+            f"preflight: parameters SGLang's {model.architecture} holds on TP rank 0{_excluded(dropped)}",
         )
     if size is None:
         raise ValueError(
             "no model facts from preflight and config.json cannot be counted (see sglperf.sglang.modelsize)"
         )
+    # The text weights leave the vision tower out already; only the embedding is subtracted here.
     text_bytes = round(size.weight_gib_per_gpu(tp, vision=False, vision_replicated=False, mtp=False) * GIB)
-    return WeightBytes(text_bytes - embedding, f"config.json: text weights / TP {tp}{minus}")
+    dropped = ["input embedding"] if embedding else []
+    return WeightBytes(text_bytes - embedding, f"config.json: text weights / TP {tp}{_excluded(dropped)}")
+
+
+def _excluded(parts: list[str]) -> str:
+    """The weights note's tail, e.g. ", vision tower and input embedding excluded": worded in one place
+    so "excluded" comes once however many parts were subtracted (it once read "excluded excluded")."""
+    return f", {' and '.join(parts)} excluded" if parts else ""
 
 
 def decode_roofline(
@@ -110,7 +137,20 @@ def decode_roofline(
     if weights.bytes_per_gpu <= 0:
         raise ValueError(f"weight bytes per GPU must be positive, got {weights.bytes_per_gpu}")
     tokens = accept_length if accept_length else 1.0
+    tokens_source = (
+        "measured acceptance length (median over rounds)" if accept_length else "1 (no speculative decoding)"
+    )
     limit = bandwidth.gbs * 1e9 / weights.bytes_per_gpu * tokens
+    fraction = measured_tok_s / limit
+    problem = None
+    if fraction > IMPOSSIBLE_ABOVE:
+        problem = (
+            f"decode {measured_tok_s:.4g} tok/s is {fraction:.0%} of the computed limit of {limit:.4g} tok/s "
+            f"(over {IMPOSSIBLE_ABOVE:.0%} is impossible, not fast): the roofline inputs or the measurement are wrong. "
+            f"Inputs: bandwidth {bandwidth.gbs:g} GB/s ({bandwidth.source}); weight bytes per step "
+            f"{weights.bytes_per_gpu / 1e9:.3g} GB per GPU ({weights.source}); tokens per step {tokens:.3g} "
+            f"({tokens_source})"
+        )
     return Roofline(
         gpu=gpu,
         bandwidth_gbs=bandwidth.gbs,
@@ -118,10 +158,9 @@ def decode_roofline(
         weight_bytes_per_gpu=weights.bytes_per_gpu,
         weight_source=weights.source,
         tokens_per_step=tokens,
-        tokens_per_step_source="measured acceptance length (median over rounds)"
-        if accept_length
-        else "1 (no speculative decoding)",
+        tokens_per_step_source=tokens_source,
         limit_tok_s=limit,
         measured_tok_s=measured_tok_s,
-        fraction=measured_tok_s / limit,
+        fraction=fraction,
+        problem=problem,
     )

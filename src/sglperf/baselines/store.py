@@ -17,6 +17,7 @@ from filelock import FileLock
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sglperf.errors import SglperfError
+from sglperf.model.deployment import LoadPoint
 from sglperf.model.files import os_problem, read_input, write_text_atomic
 from sglperf.model.measurement import Provenance, SampleSummary
 
@@ -53,10 +54,12 @@ class _Strict(BaseModel):
 
 
 class Entry(_Strict):
-    """One workload at one concurrency."""
+    """One workload at one load: a concurrency, or (open loop) a rate with its schedule."""
 
     workload: str
-    concurrency: int
+    concurrency: int  # open loop: the most in flight
+    rate: float | None = None  # open loop: requests per second
+    schedule: str = ""  # open loop: everything that shaped the sends (`Workload.schedule`); must match to compare
     prompt_digest: str
     output_len: int
     samples: dict[str, tuple[float, ...]]  # metric -> per-request samples
@@ -66,7 +69,7 @@ class Entry(_Strict):
 
     @property
     def key(self) -> str:
-        return entry_key(self.workload, self.concurrency)
+        return entry_key(self.workload, self.concurrency, self.rate)
 
 
 class Baseline(_Strict):
@@ -77,8 +80,8 @@ class Baseline(_Strict):
     entries: dict[str, Entry]
 
 
-def entry_key(workload: str, concurrency: int) -> str:
-    return f"{workload}@c{concurrency}"
+def entry_key(workload: str, concurrency: int | None, rate: float | None = None) -> str:
+    return f"{workload}@{LoadPoint(concurrency, rate).tag}"
 
 
 def path_for(root: Path, runner: str, deployment: str, variant: str) -> Path:
@@ -113,11 +116,16 @@ def make_entry(
     output_len: int,
     samples: Mapping[str, Sequence[float]],
     server: Mapping[str, Sequence[float]] | None = None,
+    *,
+    rate: float | None = None,
+    schedule: str = "",
 ) -> Entry:
     rounded = {m: tuple(_round(float(x)) for x in xs) for m, xs in samples.items() if xs}
     return Entry(
         workload=workload,
         concurrency=concurrency,
+        rate=rate,
+        schedule=schedule,
         prompt_digest=prompt_digest,
         output_len=output_len,
         samples=rounded,

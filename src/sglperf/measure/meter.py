@@ -23,6 +23,14 @@ measure the neighbour, not SGLang. A ``GpuGuard`` does the same for the server's
 round the meter first waits, a minute at most per measurement, for a quiet half second: a neighbour
 that comes and goes, a GPU that cools, costs time, not rounds.
 
+Open loop (a workload with a ``rate``): each round sends ``requests`` requests (one per prompt by
+default, the prompts taken in turn) at the offsets of `sglperf.measure.arrivals`, whatever the server
+is doing, with at most max_concurrency in flight when capped; the warm-up runs as in closed loop.
+Each request's send lag is recorded (`sglperf.measure.samples`). A round whose 90th-percentile lag
+exceeds max(10 ms, a tenth of the mean gap) fell behind its schedule: it measured the client, so
+it is dropped like a disturbed one (cause "client"), and a client that stays behind is a
+:class:`MeterError` saying to lower the rate.
+
 Ctrl-C raises KeyboardInterrupt wherever the meter is, as in plain Python (`_ctrl_c_at_once`):
 asyncio's own handling only cancels the running task at its next ``await``, and a round's parsing
 (hundreds of milliseconds to seconds of CPU) has none.
@@ -46,6 +54,7 @@ from typing import Any, Protocol, TypeVar
 
 import httpx
 
+from sglperf.measure import arrivals
 from sglperf.measure.prompts import Prompt, PromptSet
 from sglperf.measure.samples import (
     GpuDisturbedError,
@@ -78,7 +87,17 @@ DEFAULT_MODEL = "default"  # SGLang serves one model and does not check the name
 # server that drips a byte every few seconds would otherwise hold the run.
 CONTROL_DEADLINE_S = 30.0
 DEFAULT_QUIET_WAIT_S = 60.0  # per measurement, waiting for a quiet host and GPU after a dropped round
-HOST_CAUSE, GPU_CAUSE = "host", "GPU"  # how RoundStats.dropped_because starts
+HOST_CAUSE, GPU_CAUSE, CLIENT_CAUSE = "host", "GPU", "client"  # how RoundStats.dropped_because starts
+# Open loop: a round is behind schedule when its p90 send lag exceeds the larger of these (see above).
+SEND_LAG_FLOOR_S = 0.010
+SEND_LAG_SHARE_OF_GAP = 0.1
+
+
+def send_lag_limit_s(rate: float) -> float:
+    """The p90 send lag above which an open-loop round measured the client (see the module docstring)."""
+    return max(SEND_LAG_FLOOR_S, SEND_LAG_SHARE_OF_GAP / rate)
+
+
 _NO_ANSWER = f"no complete answer within {CONTROL_DEADLINE_S:g} s (a wedged server?)"
 FLUSH_ATTEMPTS = 20  # SGLang refuses a flush while a finished request is still being retired
 FLUSH_RETRY_S = 0.05
@@ -161,6 +180,7 @@ async def _wait_for_quiet(host: HostGuard | None, gpu: GpuGuard | None, budget_s
 class RawResponse:
     ctx: RequestContext
     exchange: Exchange
+    send_lag_s: float | None = None  # open loop: see `sglperf.measure.samples`
 
 
 class _Session:
@@ -233,8 +253,10 @@ class _Session:
         if not response.complete:
             raise ctx.error(self._interrupted(exchange, f"after {len(events)} stream events"))
         if self.workload.api == "native":
-            return parse_native(events, ctx)
-        return parse_openai(events, ctx, chat=self.workload.api == "openai-chat")
+            sample = parse_native(events, ctx)
+        else:
+            sample = parse_openai(events, ctx, chat=self.workload.api == "openai-chat")
+        return sample if raw.send_lag_s is None else replace(sample, send_lag_s=raw.send_lag_s)
 
     def _interrupted(self, exchange: Exchange, when: str) -> str:
         if exchange.ending is Ending.STALLED:
@@ -330,7 +352,33 @@ async def _bounded(limit: asyncio.Semaphore, jobs: Sequence[Callable[[], Awaitab
         async with limit:
             return await job()
 
-    tasks = [asyncio.create_task(one(job)) for job in jobs]
+    return await _all_or_none([one(job) for job in jobs])
+
+
+Job = Callable[[], Awaitable[RawResponse]]
+
+
+async def _on_schedule(limit: asyncio.Semaphore, jobs: Sequence[tuple[float, Job]]) -> list[RawResponse]:
+    """Send each job at its offset (seconds from now), with at most ``limit`` in flight; each response
+    carries how late it went out: from when it was due, or from when a slot freed if it waited for one."""
+    zero = time.perf_counter()
+
+    async def one(offset: float, job: Job) -> RawResponse:
+        due = zero + offset
+        if (delay := due - time.perf_counter()) > 0:
+            await asyncio.sleep(delay)
+        slot_free = not limit.locked()
+        async with limit:
+            ready = due if slot_free else max(due, time.perf_counter())
+            raw = await job()
+        return replace(raw, send_lag_s=max(0.0, raw.exchange.sent_at - ready))
+
+    return await _all_or_none([one(offset, job) for offset, job in jobs])
+
+
+async def _all_or_none(jobs: Sequence[Awaitable[T]]) -> list[T]:
+    """All results in order; the first failure cancels the rest."""
+    tasks = [asyncio.ensure_future(job) for job in jobs]
     try:
         with _gc_paused():
             return await asyncio.gather(*tasks)
@@ -360,7 +408,8 @@ async def run_workload(
     metrics: MetricsWatch | None = None,
     gpu: GpuGuard | None = None,
 ) -> WorkloadResult:
-    """Warm up, then up to ``workload.repeats`` rounds over every prompt with ``concurrency`` in flight.
+    """Warm up, then up to ``workload.repeats`` rounds over every prompt with ``concurrency`` in flight
+    (open loop: the round's requests on their schedule, at most ``concurrency`` in flight).
 
     Unless the workload reuses the prefix cache, the cache is flushed before every measured round so
     no round benefits from the previous one (or from the warm-up). ``on_round``, when given, sees the
@@ -386,6 +435,7 @@ async def run_workload(
     try:
         items = prompts.prompts
         warm = [job(items[i % len(items)], f"{workload.id}/warmup{i}", -1) for i in range(workload.warmup)]
+        sends = _open_loop_sends(workload, len(items))
         for raw in await _bounded(limit, warm):
             session.parse(raw)  # a broken warm-up answer is as much an error as a measured one
         r = 0  # rounds run, dropped ones included: request ids stay unique
@@ -399,14 +449,22 @@ async def run_workload(
                 host.probe.start()
             if gpu is not None:
                 gpu.probe.start()
-            batch = _bounded(limit, [job(p, f"{workload.id}/r{r}/{p.id}", r) for p in items])
+            if sends is None:
+                batch = _bounded(limit, [job(p, f"{workload.id}/r{r}/{p.id}", r) for p in items])
+            else:
+                scheduled = [
+                    (offset, job(items[i % len(items)], f"{workload.id}/r{r}/{i}-{items[i % len(items)].id}", r))
+                    for i, offset in enumerate(sends)
+                ]
+                batch = _on_schedule(limit, scheduled)
             raws = await (scraper.around(batch) if scraper is not None else batch)
             load = host.probe.stop() if host is not None else None
             gpu_round = gpu.probe.stop() if gpu is not None else None
             parsed = [session.parse(raw) for raw in raws]
-            stats = replace(round_stats(r, [raw.exchange.sent_at for raw in raws], parsed, load), gpu=gpu_round)
+            sent_at = [raw.exchange.sent_at for raw in raws]
+            stats = replace(round_stats(r, sent_at, parsed, load, workload.slo), gpu=gpu_round)
             r += 1
-            why = _disturbance(host, load, gpu, gpu_round)
+            why = _disturbance(host, load, gpu, gpu_round, _behind_schedule(workload, stats))
             if why is not None:
                 if scraper is not None:
                     scraper.forget_round()
@@ -445,22 +503,58 @@ async def run_workload(
     return replace(result, dropped_rounds=tuple(dropped))
 
 
+def _open_loop_sends(workload: Workload, prompts: int) -> tuple[float, ...] | None:
+    """An open-loop round's send offsets (the same every round), or None in closed loop."""
+    if workload.rate is None:
+        return None
+    requests = workload.requests or prompts
+    return arrivals.send_offsets(requests, workload.rate, workload.arrival, workload.burstiness, workload.seed)
+
+
+def _behind_schedule(workload: Workload, stats: RoundStats) -> str | None:
+    """Why an open-loop round measured the client rather than the server, or None."""
+    if workload.rate is None or stats.send_lag_p90_s is None:
+        return None
+    limit = send_lag_limit_s(workload.rate)
+    if stats.send_lag_p90_s <= limit:
+        return None
+    return (
+        f"sending fell behind its schedule at {workload.rate:g} req/s: p90 send lag {stats.send_lag_p90_s * 1e3:.1f} "
+        f"ms, max {(stats.send_lag_max_s or 0) * 1e3:.1f} ms (limit {limit * 1e3:.0f} ms)"
+    )
+
+
 def _disturbance(
-    host: HostGuard | None, load: HostLoad | None, gpu: GpuGuard | None, gpu_round: GpuRound | None
+    host: HostGuard | None,
+    load: HostLoad | None,
+    gpu: GpuGuard | None,
+    gpu_round: GpuRound | None,
+    behind: str | None = None,
 ) -> str | None:
-    """Why a round is dropped ("host: ..." / "GPU: ..."), or None to keep it."""
+    """Why a round is dropped ("host: ..." / "GPU: ..." / "client: ..."), or None to keep it."""
     reasons = []
     if host is not None and load is not None and load.disturbed(host.limit):
         reasons.append(f"{HOST_CAUSE}: {load.describe()}")
     if gpu is not None and gpu_round is not None and (line := gpu_round.disturbance(gpu.limits)):
         reasons.append(f"{GPU_CAUSE}: {line}")
+    if behind is not None:
+        reasons.append(f"{CLIENT_CAUSE}: {behind}")
     return "; ".join(reasons) or None
 
 
 def _disturbed_error(
     base_url: str, workload: Workload, host: HostGuard | None, gpu: GpuGuard | None, dropped: Sequence[RoundStats]
 ) -> MeterError:
-    """The error for a measurement whose host or GPUs stayed disturbed: the GPU's when any round was its."""
+    """The error for a measurement whose host, GPUs or client stayed disturbed: the client's when most
+    rounds fell behind their schedule, else the GPU's when any round was its."""
+    by_client = [s for s in dropped if s.dropped_because and CLIENT_CAUSE + ":" in s.dropped_because]
+    if len(by_client) * 2 > len(dropped):
+        line = (by_client[-1].dropped_because or "").split(CLIENT_CAUSE + ": ", 1)[-1]
+        return MeterError(
+            f"{base_url} {workload.id}: the meter could not keep its schedule: {len(dropped)} rounds dropped, "
+            f"{len(by_client)} of them behind schedule (last: {line}); its numbers would measure this client, "
+            "not SGLang: lower the workload's rate, or run on a machine with free CPU for the client"
+        )
     by_gpu = [s for s in dropped if s.dropped_because and GPU_CAUSE + ":" in s.dropped_because]
     if not by_gpu or (host is not None and len(by_gpu) * 2 < len(dropped)):
         assert host is not None
@@ -511,7 +605,9 @@ def _result(
         m: RequestSummary.of(values)
         for m in METRIC_NAMES
         if (
-            values := round_metric_values(rounds, concurrency, m) if METRICS[m].per_round else metric_values(samples, m)
+            values := round_metric_values(rounds, concurrency, m, open_loop=workload.rate is not None)
+            if METRICS[m].per_round
+            else metric_values(samples, m)
         )
     }
     return WorkloadResult(
@@ -529,6 +625,7 @@ def _result(
         "; ".join(notes) or None,
         wall_s,
         rounds,
+        rate=workload.rate,
     )
 
 

@@ -27,17 +27,33 @@ Per round, at concurrency > 1 (`RoundStats`):
 
 At concurrency 1 these are absent: the round's wall time would be the sum of its requests' E2E
 plus the client's gaps between them, a number E2E and decode already describe, with client time in it.
+
+Per round under load (concurrency > 1, or an open-loop rate), the tails, where queueing shows first:
+
+* TTFT p90 / p99: over the round's requests' TTFT;
+* ITL p90 / p99: over every gap between two token-carrying chunks of the round's requests (the first
+  chunk, prefill's, excluded), each divided by the tokens of the later chunk: per token, as ITL is.
+  A chunk of several tokens (speculative decoding, a stream interval) spreads its wait over them.
+
+And with a workload ``slo``, at any load: goodput share, the round's requests that met every target
+(TTFT, the request's ITL, E2E) over its requests, and goodput req/s, those requests over the round's
+wall time. A round where none met them counts half a request (the statistics need positive values).
+
+Open loop (a rate): each request's send lag is how long after it was due (its scheduled time, or the
+moment a max_concurrency slot freed, whichever is later) the meter actually sent it. A round whose
+lag is large measured the client, not the server (`sglperf.measure.meter`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from sglperf.errors import SglperfError
+from sglperf.model.deployment import Slo
 from sglperf.model.gpu_telemetry import GpuRound
 from sglperf.model.host_load import HostLoad
 from sglperf.model.metrics import METRIC_NAMES, METRICS
@@ -81,6 +97,7 @@ class RequestSample:
     spec_accept_rate: float | None
     spec_note: str | None = None  # why the spec fields are None
     server_request_id: str | None = None  # the server's id for this request, to find it in server logs
+    send_lag_s: float | None = None  # open loop: sent this long after it was due (see the module docstring)
 
     @property
     def verify_steps_s(self) -> float | None:
@@ -144,26 +161,87 @@ class RoundStats:
     host: HostLoad | None = None  # what the rest of the machine took meanwhile, when counted
     server: Mapping[str, float] | None = None  # the server's own metrics over the round, when read
     gpu: GpuRound | None = None  # the server's GPUs over the round, when sampled
-    dropped_because: str | None = None  # a dropped round: "host: ..." and/or "GPU: ..."
+    dropped_because: str | None = None  # a dropped round: "host: ...", "GPU: ..." and/or "client: ..."
+    tails: Mapping[str, float] | None = None  # ttft_p90_s, ..., itl_p99_s: see the module docstring
+    slo_met: int | None = None  # requests that met every target of the workload's slo (None: no slo)
+    send_lag_p90_s: float | None = None  # open loop: how late the meter sent (see the module docstring)
+    send_lag_max_s: float | None = None
+
+
+# Per-round tail metrics: (metric, per-request or per-gap values, percentile).
+TAIL_METRICS = (
+    ("ttft_p90_s", "ttft", 90),
+    ("ttft_p99_s", "ttft", 99),
+    ("itl_p90_s", "itl", 90),
+    ("itl_p99_s", "itl", 99),
+)
+GOODPUT_METRICS = ("goodput_share", "goodput_req_s")
+
+
+def token_gaps(samples: Sequence[RequestSample]) -> list[float]:
+    """Per token, every wait between two token-carrying chunks after the first (see the module docstring)."""
+    gaps = []
+    for s in samples:
+        for before, after in zip(s.chunks, s.chunks[1:], strict=False):
+            gaps += [(after.t - before.t) / after.tokens] * after.tokens
+    return gaps
+
+
+def meets(sample: RequestSample, slo: Slo) -> bool:
+    """Whether one request met every target; a target it has no value for (ITL of a one-chunk answer) it missed."""
+    return (
+        (slo.ttft_s is None or sample.ttft_s <= slo.ttft_s)
+        and (slo.itl_s is None or (sample.itl_s is not None and sample.itl_s <= slo.itl_s))
+        and (slo.e2e_s is None or sample.e2e_s <= slo.e2e_s)
+    )
 
 
 def round_stats(
-    index: int, sent_at: Sequence[float], samples: Sequence[RequestSample], host: HostLoad | None = None
+    index: int,
+    sent_at: Sequence[float],
+    samples: Sequence[RequestSample],
+    host: HostLoad | None = None,
+    slo: Slo | None = None,
 ) -> RoundStats:
     """A round's totals from each request's send time (perf_counter) and its sample."""
     ends = [t0 + (s.chunks[-1].t if s.chunks else s.e2e_s) for t0, s in zip(sent_at, samples, strict=True)]
     wall = max(ends) - min(sent_at) if samples else 0.0
-    return RoundStats(index, len(samples), sum(s.completion_tokens for s in samples), wall, host)
+    stats = RoundStats(index, len(samples), sum(s.completion_tokens for s in samples), wall, host)
+    if not samples:
+        return stats
+    values = {"ttft": [s.ttft_s for s in samples], "itl": token_gaps(samples)}
+    tails = {m: float(np.percentile(values[kind], q)) for m, kind, q in TAIL_METRICS if values[kind]}
+    lags = [s.send_lag_s for s in samples if s.send_lag_s is not None]
+    return replace(
+        stats,
+        tails=tails,
+        slo_met=None if slo is None else sum(meets(s, slo) for s in samples),
+        send_lag_p90_s=float(np.percentile(lags, 90)) if lags else None,
+        send_lag_max_s=max(lags) if lags else None,
+    )
 
 
-def round_metric_values(rounds: Sequence[RoundStats], concurrency: int, metric: str) -> tuple[float, ...]:
-    """One value per round of a per-round metric (none at concurrency 1; see the module docstring)."""
+def round_metric_values(
+    rounds: Sequence[RoundStats], concurrency: int, metric: str, *, open_loop: bool = False
+) -> tuple[float, ...]:
+    """One value per round of a per-round metric: throughput and tails only under load (concurrency > 1
+    or open loop), goodput whenever the workload has an slo (see the module docstring)."""
     if metric not in METRICS or not METRICS[metric].per_round:
         raise KeyError(f"{metric!r} is not a per-round metric")
-    if concurrency <= 1:
+    timed = [r for r in rounds if r.wall_s > 0]
+    if metric in GOODPUT_METRICS:
+        # A round where no request met the slo counts half a request: the statistics compare ratios
+        # (logs) and need a positive value, and 0.5 of N stays below any round that met one.
+        met = [(r, max(r.slo_met, 0.5)) for r in timed if r.slo_met is not None]
+        if metric == "goodput_share":
+            return tuple(n / r.requests for r, n in met)
+        return tuple(n / r.wall_s for r, n in met)
+    if concurrency <= 1 and not open_loop:
         return ()
+    if any(metric == name for name, _, _ in TAIL_METRICS):
+        return tuple(r.tails[metric] for r in timed if r.tails and metric in r.tails)
     per_request = metric == "request_s"
-    return tuple((r.requests if per_request else r.completion_tokens) / r.wall_s for r in rounds if r.wall_s > 0)
+    return tuple((r.requests if per_request else r.completion_tokens) / r.wall_s for r in timed)
 
 
 @dataclass(frozen=True)
@@ -204,6 +282,7 @@ class WorkloadResult:
     dropped_rounds: tuple[RoundStats, ...] = ()  # run, but the host was busy: not in samples or summary
     server_scrapes: int = 0  # /metrics readings of the measured rounds
     metrics_note: str | None = None  # why the server's metrics stopped being read
+    rate: float | None = None  # open loop: requests per second (``concurrency`` is then the cap in flight)
 
     def to_record(self) -> dict[str, Any]:
         record = {k: v for k, v in asdict(self).items() if k not in ("samples", "summary")}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -236,12 +237,71 @@ class Variant(_Strict):
         return _check_intents(value)
 
 
+class Slo(_Strict):
+    """Targets a request must meet, every one of them, to count toward goodput (per-request TTFT, its
+    ITL over the decode window, its end-to-end time; `sglperf.measure.samples`)."""
+
+    ttft_s: Deadline | None = None
+    itl_s: Deadline | None = None
+    e2e_s: Deadline | None = None
+
+    @model_validator(mode="after")
+    def _some_target(self) -> Slo:
+        if self.ttft_s is None and self.itl_s is None and self.e2e_s is None:
+            raise ValueError("an slo needs at least one of ttft_s, itl_s, e2e_s")
+        return self
+
+    def describe(self) -> str:
+        return ", ".join(
+            f"{name} <= {value:g}"
+            for name, value in (("ttft_s", self.ttft_s), ("itl_s", self.itl_s), ("e2e_s", self.e2e_s))
+            if value is not None
+        )
+
+
+@dataclass(frozen=True)
+class LoadPoint:
+    """One load a workload is measured at: ``concurrency`` requests in flight (closed loop), or requests
+    sent at ``rate`` per second whatever the server does (open loop; ``concurrency`` is then the most
+    in flight, None for no cap)."""
+
+    concurrency: int | None
+    rate: float | None = None
+
+    @property
+    def tag(self) -> str:
+        """In measurement keys, test ids and baseline entry keys: c8, r2.5."""
+        return f"r{self.rate:g}" if self.rate is not None else f"c{self.concurrency}"
+
+    def describe(self) -> str:
+        if self.rate is None:
+            return f"concurrency {self.concurrency}"
+        return f"{self.rate:g} req/s" + (f", at most {self.concurrency} in flight" if self.concurrency else "")
+
+
+# Fields that only an open-loop (rate) workload reads.
+OPEN_LOOP_FIELDS = ("arrival", "burstiness", "seed", "requests", "max_concurrency")
+
+
 class Workload(_Strict):
     id: Slug
     prompts: FilePath = Field(description="JSONL prompt set, relative to the deployment file")
     max_prompts: int | None = Field(default=None, ge=1, description="use only the first N prompts of the set")
     output_len: int = Field(default=256, ge=1)
     concurrency: list[int] = Field(default_factory=lambda: [1])
+    rate: float | None = Field(
+        default=None, gt=0, le=10_000, description="open loop: requests per second, sent on schedule (not concurrency)"
+    )
+    arrival: Literal["poisson", "constant"] = Field(default="poisson", description="open loop: the gaps between sends")
+    burstiness: float = Field(
+        default=1.0, gt=0, le=100, description="open loop, poisson: gamma shape of the gaps (1: Poisson; < 1 burstier)"
+    )
+    seed: int = Field(default=0, ge=0, description="open loop: the schedule's seed (every round sends on the same one)")
+    requests: int | None = Field(
+        default=None, ge=1, le=100_000, description="open loop: requests per round (default: one per prompt)"
+    )
+    max_concurrency: int | None = Field(default=None, ge=1, description="open loop: the most requests in flight")
+    slo: Slo | None = Field(default=None, description="targets for goodput: the share of requests meeting them all")
     warmup: int = Field(default=2, ge=0)
     repeats: int = Field(
         default=12, ge=1, description="rounds over the prompt set; each round is one sample (the most a run measures)"
@@ -264,6 +324,37 @@ class Workload(_Strict):
                 "sequential run measures, min_repeats the fewest); lower min_repeats or set sequential = false"
             )
         return self
+
+    @model_validator(mode="after")
+    def _one_loop(self) -> Workload:
+        if self.rate is not None:
+            if "concurrency" in self.model_fields_set:
+                raise ValueError(
+                    "concurrency: a workload with a rate sends on its schedule, not with a fixed number in flight; "
+                    "remove concurrency (max_concurrency caps what is in flight) or remove rate"
+                )
+            return self
+        if stray := [f for f in OPEN_LOOP_FIELDS if f in self.model_fields_set]:
+            raise ValueError(
+                f"{', '.join(stray)}: only for a workload with a rate (open loop); add rate or remove them"
+            )
+        return self
+
+    def load_points(self) -> list[LoadPoint]:
+        """What the workload is measured at, in order: each concurrency, or its one rate."""
+        if self.rate is None:
+            return [LoadPoint(c) for c in self.concurrency]
+        return [LoadPoint(self.max_concurrency, self.rate)]
+
+    def schedule(self) -> str:
+        """What must match for an open-loop baseline to be comparable: everything that shapes the sends."""
+        if self.rate is None:
+            return ""
+        cap = self.max_concurrency or "none"
+        burst = f" burstiness={self.burstiness:g}" if self.arrival == "poisson" else ""
+        return (
+            f"rate={self.rate:g} {self.arrival}{burst} seed={self.seed} requests={self.requests or 'prompts'} cap={cap}"
+        )
 
     @field_validator("concurrency")
     @classmethod

@@ -12,6 +12,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field
 
 from sglperf.model.batch_evidence import BatchEvidence
+from sglperf.model.deployment import LoadPoint
 from sglperf.model.files import SAFE_NAME_PATTERN
 from sglperf.model.gpu_telemetry import GpuTelemetrySummary
 from sglperf.model.host_load import HostLoadSummary
@@ -99,6 +100,10 @@ class Roofline(_Strict):
     limit_tok_s: float
     measured_tok_s: float
     fraction: float
+    # Set when ``fraction`` is above what any GPU can reach (`roofline.IMPOSSIBLE_ABOVE`): says the
+    # inputs or the measurement are wrong and names the inputs; the fraction is then no hardware
+    # figure. None: plausible, or a record written before the check.
+    problem: str | None = None
 
 
 class Rounds(_Strict):
@@ -116,7 +121,7 @@ SafeName = Annotated[str, Field(pattern=SAFE_NAME_PATTERN, max_length=255)]
 
 
 class MeasurementRecord(BaseModel):
-    """One (variant, workload, concurrency): samples, summaries, baseline verdict and provenance."""
+    """One (variant, workload, load): samples, summaries, baseline verdict and provenance."""
 
     model_config = ConfigDict(extra="ignore")
 
@@ -125,7 +130,8 @@ class MeasurementRecord(BaseModel):
     deployment: SafeName
     variant: SafeName
     workload: SafeName
-    concurrency: int
+    concurrency: int  # open loop: the most in flight
+    rate: float | None = None  # open loop: requests per second
     emulated: bool
     sglang_version: str
     provenance: Provenance
@@ -149,6 +155,10 @@ class MeasurementRecord(BaseModel):
     server_metrics: ServerMetricsRecord | None = None  # the server's /metrics per measured round
     server_metrics_note: str | None = None  # why they are missing or stopped
     skip_reason: str | None = Field(default=None, exclude=True)  # the item skips (policy "skip")
+
+    @property
+    def load(self) -> LoadPoint:
+        return LoadPoint(self.concurrency, self.rate)
 
     @property
     def medians(self) -> dict[str, float]:

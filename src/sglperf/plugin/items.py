@@ -1,5 +1,5 @@
 """Collection: a deployment file becomes one collector per variant and one item per (intent, tier),
-per live-vs-preflight divergence, and per (workload, concurrency) measurement."""
+per live-vs-preflight divergence, and per (workload, load) measurement: each concurrency, or its rate."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from sglperf.errors import SglperfError
 from sglperf.history.results_folder import RUN_ID_FIELD
-from sglperf.model.deployment import Deployment, Variant, load
+from sglperf.model.deployment import Deployment, LoadPoint, Variant, load
 from sglperf.model.files import strict_json
 from sglperf.model.measurement import MeasurementRecord
 from sglperf.model.verdict import Status, Verdict
@@ -85,15 +85,15 @@ class VariantNode(pytest.Collector):
             self, name=f"{d.key}-{variant.id}-live-vs-preflight", deployment=d, variant_id=variant.id, intent=""
         )
         for workload in d.workloads:
-            for concurrency in workload.concurrency:
+            for point in workload.load_points():
                 yield MeasureItem.from_parent(
                     self,
-                    name=f"{d.key}-{variant.id}-{workload.id}-c{concurrency}",
+                    name=f"{d.key}-{variant.id}-{workload.id}-{point.tag}",
                     deployment=d,
                     variant_id=variant.id,
                     intent="",
                     workload_id=workload.id,
-                    concurrency=concurrency,
+                    load=point,
                 )
 
 
@@ -187,15 +187,15 @@ class LiveVsPreflightItem(LiveTierItem):
 class MeasureItem(LiveTierItem):
     tier = "measure"
 
-    def __init__(self, *, workload_id: str, concurrency: int, **kwargs: Any):
+    def __init__(self, *, workload_id: str, load: LoadPoint, **kwargs: Any):
         super().__init__(**kwargs)
         self.workload_id = workload_id
-        self.concurrency = concurrency
+        self.load = load
 
     def runtest(self) -> None:
         workload = next(w for w in self.deployment.workloads if w.id == self.workload_id)
         try:
-            record = self.live().measure(self.deployment, self.variant(), workload, self.concurrency)
+            record = self.live().measure(self.deployment, self.variant(), workload, self.load)
         except LiveSkip as exc:
             raise _skip(str(exc)) from None
         self.user_properties.append((MEASUREMENT_PROPERTY, record.row().model_dump_json()))

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from sglperf.errors import SglperfError
-from sglperf.model.deployment import Deployment, DeploymentError, Workload, load
+from sglperf.model.deployment import Deployment, DeploymentError, LoadPoint, Workload, load
 from sglperf.model.measurement import MeasurementRecord
 from sglperf.plugin.items import ItemFailure, LiveTierItem, judge_measurement
 from sglperf.plugin.keys import LIVE_KEY, PREFLIGHT_KEY
@@ -117,14 +117,18 @@ def sglang_effective_args(request: pytest.FixtureRequest, sglang_variant: Varian
 @pytest.fixture
 def sglang_measure(request: pytest.FixtureRequest, sglang_server: ServerHandle) -> Measure:
     """`measure(workload, concurrency=1)`: run a workload on the variant's server and compare it with
-    (or, under --update-baselines, record it as) the variant's baseline, like the built-in items."""
+    (or, under --update-baselines, record it as) the variant's baseline, like the built-in items. A
+    workload with a rate runs at its rate (``concurrency`` is then not given)."""
     live = request.config.stash[LIVE_KEY]
     deployment = _deployment(sglang_server.ref)
     variant = deployment.variant(sglang_server.ref.variant)
 
-    def measure(workload: Workload, concurrency: int = 1) -> MeasurementRecord:
+    def measure(workload: Workload, concurrency: int | None = None) -> MeasurementRecord:
+        if workload.rate is not None and concurrency is not None:
+            pytest.fail(f"workload {workload.id} runs at its rate: set its max_concurrency, not concurrency=", False)
+        load = workload.load_points()[0] if workload.rate is not None else LoadPoint(concurrency or 1)
         try:
-            return live.measure(deployment, variant, workload, concurrency)
+            return live.measure(deployment, variant, workload, load)
         except LiveSkip as exc:
             pytest.skip(str(exc))
 

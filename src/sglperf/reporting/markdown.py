@@ -10,7 +10,7 @@ from sglperf.baselines import roofline
 from sglperf.history import HistoryError, SqlHistoryStore, open_store
 from sglperf.history.ingest import stored_run
 from sglperf.history.results_folder import RunResults, collect
-from sglperf.model.measurement import MeasurementRecord
+from sglperf.model.measurement import MeasurementRecord, Roofline
 from sglperf.reporting import history, plots
 from sglperf.sglang.metrics_catalogue import WATCHED
 
@@ -62,10 +62,20 @@ def _server_metrics_line(m: MeasurementRecord) -> str | None:
     return f"Server metrics (SGLang's /metrics, {s.scrapes} readings; median over rounds): " + ", ".join(shown)
 
 
+def _hardware_roofline(m: MeasurementRecord) -> Roofline | None:
+    """The roofline to show as a hardware figure: none for the emulator, even from a record written
+    before sglperf stopped computing one there (the runner's GPU bandwidth is not the emulator's)."""
+    return None if m.emulated or m.provenance.emulated else m.roofline
+
+
 def _roofline_line(m: MeasurementRecord) -> str | None:
+    if m.emulated or m.provenance.emulated:
+        return f"Roofline: not computed ({roofline.EMULATOR_NOTE})"
     r = m.roofline
     if r is None:
         return f"Roofline: not computed ({m.roofline_note})" if m.roofline_note else None
+    if r.problem:
+        return f"Roofline: **not a hardware figure**: {r.problem}"
     return (
         f"Roofline: decode {r.measured_tok_s:.4g} tok/s is **{r.fraction:.0%} of roofline** "
         f"({r.limit_tok_s:.4g} tok/s = {r.bandwidth_gbs:g} GB/s / {r.weight_bytes_per_gpu / 1e9:.3g} GB "
@@ -122,6 +132,16 @@ def markdown(
         f"{len(run.measurements)} measurements ({regressions} regressions).",
         "",
     ]
+    # Said up front, not only on the measurement's own line: an impossible share means a number in
+    # this report (bandwidth, weight bytes, tokens per step, or the measured rate) is wrong.
+    impossible = [m.key for m in run.measurements if (r := _hardware_roofline(m)) and r.problem]
+    if impossible:
+        lines += [
+            f"**Roofline check**: {len(impossible)} measurement(s) above the memory-bandwidth limit, which no GPU "
+            f"can do, so their roofline inputs or their measurement are wrong: {', '.join(impossible)} "
+            "(each one's Roofline line names the inputs).",
+            "",
+        ]
     if past.note:
         lines += [f"History: {past.note}", ""]
     if past.streaks:
@@ -140,7 +160,7 @@ def markdown(
                 )
             lines.append("")
         for m in (m for m in run.measurements if (m.deployment, m.variant) == (deployment, variant)):
-            lines += [f"### {m.workload} at concurrency {m.concurrency}", ""]
+            lines += [f"### {m.workload} at {m.load.describe()}", ""]
             if m.notes:
                 lines += [f"Notes: {'; '.join(m.notes)}", ""]
             for d in drifts.get(m.key, ()):
@@ -172,7 +192,7 @@ def markdown(
             lines.append("")
             for path in plot_files.get(m.key, ()):
                 lines += [f"![{path.stem}](plots/{path.name})", ""]
-    if any(m.roofline for m in run.measurements):
+    if any(_hardware_roofline(m) for m in run.measurements):
         lines += [
             "## Roofline",
             "",

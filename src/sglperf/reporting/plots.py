@@ -49,7 +49,7 @@ def samples_figure(record: MeasurementRecord, path: Path) -> Path:
         ax.set_ylabel(unit_of(metric))
         ax.grid(axis="y", alpha=0.3)
     tag = " [EMULATOR: test double, not GPU results]" if record.emulated else ""
-    fig.suptitle(f"{record.deployment} / {record.variant} / {record.workload} c={record.concurrency}{tag}", fontsize=11)
+    fig.suptitle(f"{record.deployment} / {record.variant} / {record.workload} {record.load.tag}{tag}", fontsize=11)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

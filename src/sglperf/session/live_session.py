@@ -16,7 +16,7 @@ from typing import Any
 from sglperf import preflight
 from sglperf.judge import divergence as args_divergence
 from sglperf.judge import live_evidence
-from sglperf.model.deployment import Deployment, Variant, Workload
+from sglperf.model.deployment import Deployment, LoadPoint, Variant, Workload
 from sglperf.model.files import os_problem, read_input
 from sglperf.model.measurement import MeasurementRecord
 from sglperf.model.progress import Progress
@@ -318,15 +318,17 @@ class LiveSession:
         return found, found.describe(running.facts.effective, effective)
 
     def measure(
-        self, deployment: Deployment, variant: Variant, workload: Workload, concurrency: int
+        self, deployment: Deployment, variant: Variant, workload: Workload, load: LoadPoint | int
     ) -> MeasurementRecord:
-        """Measure one workload at one concurrency; compare with (or record) the variant's baseline."""
+        """Measure one workload at one load (an int: that concurrency); compare with (or record) the
+        variant's baseline."""
+        load = load if isinstance(load, LoadPoint) else LoadPoint(load)
         running = self.running(deployment, variant)
         wrong_args: list[Verdict] = []
         if self.options.update_baselines:
             checked = [*self.verdicts(deployment, variant), *running.check.verdicts]
             wrong_args = [v for v in checked if v.status.failed]
-        return Measurement(self.options, running, workload, concurrency, self.progress, wrong_args).run()
+        return Measurement(self.options, running, workload, load, self.progress, wrong_args).run()
 
     def stop(self) -> None:
         running, self.current = self.current, None

@@ -1,4 +1,4 @@
-"""One measurement: a workload at one concurrency on a running variant, from its baseline to its record.
+"""One measurement: a workload at one load on a running variant, from its baseline to its record.
 
 The order is the reason this is a unit of its own:
 1. provenance, then the baseline looked up once (`regression.look_up`): the sequential plan tests
@@ -29,7 +29,7 @@ from sglperf.measure.prompts import PromptSet, load_prompts
 from sglperf.measure.samples import WorkloadResult
 from sglperf.measure.server_scrape import MetricsWatch
 from sglperf.model.batch_evidence import BatchEvidence
-from sglperf.model.deployment import Deployment, Variant, Workload
+from sglperf.model.deployment import Deployment, LoadPoint, Variant, Workload
 from sglperf.model.files import os_problem, strict_json, write_text_atomic
 from sglperf.model.gpu_telemetry import DEFAULT_MAX_GPU_THROTTLE, GpuLimits, GpuTelemetrySummary
 from sglperf.model.hardware import memory_bandwidth
@@ -44,6 +44,22 @@ from sglperf.session.running import LiveOptions, RunningVariant
 from sglperf.sglang import metrics_catalogue
 
 CPU_NOTE = "CPU server (device cpu): CPU numbers, not GPU results; baselines kept under baselines/cpu/"
+
+
+def _schedule_notes(workload: Workload, result: WorkloadResult) -> list[str]:
+    """Open loop: how closely the meter kept its schedule, and the rounds it fell behind in (dropped)."""
+    if workload.rate is None:
+        return []
+    lags = [r.send_lag_p90_s for r in result.rounds if r.send_lag_p90_s is not None]
+    worst = max((r.send_lag_max_s or 0.0 for r in result.rounds), default=0.0)
+    notes = [
+        f"sent on schedule ({workload.schedule()}): p90 send lag at most {max(lags, default=0.0) * 1e3:.1f} ms "
+        f"per round, worst request {worst * 1e3:.1f} ms (limit {meter.send_lag_limit_s(workload.rate) * 1e3:.0f} ms)"
+    ]
+    behind = [r for r in result.dropped_rounds if r.dropped_because and meter.CLIENT_CAUSE + ":" in r.dropped_because]
+    if behind:
+        notes.append(f"{len(behind)} round(s) dropped and measured again: the client fell behind its schedule")
+    return notes
 
 
 def baseline_path(options: LiveOptions, running: RunningVariant) -> Path:
@@ -72,7 +88,8 @@ class _Guards:
 
 
 class Measurement:
-    """One workload at one concurrency on ``running``; :meth:`run` measures, judges and writes it.
+    """One workload at one load (a concurrency, or a rate) on ``running``; :meth:`run` measures, judges
+    and writes it.
 
     ``wrong_args``: the variant's failed effective-args verdicts (live and preflight), which refuse a
     baseline refresh; the session passes them only when baselines are being recorded."""
@@ -82,18 +99,19 @@ class Measurement:
         options: LiveOptions,
         running: RunningVariant,
         workload: Workload,
-        concurrency: int,
+        load: LoadPoint,
         progress: Progress,
         wrong_args: Sequence[Verdict] = (),
     ):
         self.options = options
         self.running = running
         self.workload = workload
-        self.concurrency = concurrency
+        self.load = load
+        self.concurrency = load.concurrency or 1  # the most in flight; open loop uncapped: set by run()
         self.progress = progress
         self.wrong_args = wrong_args
         deployment, variant = running.deployment, running.variant
-        self.key = f"{deployment.key}-{variant.id}-{workload.id}-c{concurrency}"
+        self.key = f"{deployment.key}-{variant.id}-{workload.id}-{load.tag}"
         self.path = baseline_path(options, running)
         self.thresholds = deployment.thresholds_for(workload)
         self.record_command = f"pytest -k {self.key} --update-baselines" + (
@@ -103,6 +121,8 @@ class Measurement:
     def run(self) -> MeasurementRecord:
         running, workload = self.running, self.workload
         prompts = self._prompts()
+        # Open loop without a cap: as many in flight as a round sends.
+        self.concurrency = self.load.concurrency or workload.requests or len(prompts.prompts)
         prov = provenance.provenance(
             runner=running.deployment.runner.name,
             facts=running.facts,
@@ -116,8 +136,8 @@ class Measurement:
         # Recording reads the file itself (store.record), under its own rules for what it may overwrite.
         lookup = None
         if not self.options.update_baselines:
-            entry_key = store.entry_key(workload.id, self.concurrency)
-            lookup = regression.look_up(self.path, prov, entry_key, self.record_command)
+            entry_key = store.entry_key(workload.id, self.concurrency, workload.rate)
+            lookup = regression.look_up(self.path, prov, entry_key, self.record_command, workload.schedule())
         plan, why = self._sequential_plan(lookup)
         result, guards, stop_reasons = self._meter(prompts, plan, lookup)
         return self._judge_and_write(prov, prompts, lookup, plan, why, result, guards, stop_reasons)
@@ -163,9 +183,13 @@ class Measurement:
                 self.progress(f"{self.key}: stopping after {decision.rounds} rounds: {decision.reason}")
             return decision.stop
 
+        if workload.rate is None:
+            sends = f"{len(prompts.prompts)} prompts"
+        else:
+            sends = f"{workload.requests or len(prompts.prompts)} requests at {workload.schedule()}"
         self.progress(
-            f"{self.key}: measuring ({'up to ' if plan else ''}{workload.repeats} rounds of {len(prompts.prompts)} "
-            f"prompts, {workload.output_len} tokens each{', sequential' if plan else ''})"
+            f"{self.key}: measuring ({'up to ' if plan else ''}{workload.repeats} rounds of {sends}, "
+            f"{workload.output_len} tokens each{', sequential' if plan else ''})"
         )
         guards = self._guards()
         try:
@@ -229,6 +253,8 @@ class Measurement:
             workload.output_len,
             samples,
             server_moves.baseline_series(server_metrics.series) if server_metrics else None,
+            rate=workload.rate,
+            schedule=workload.schedule(),
         )
         if lookup is None:
             verdict = self._record_baseline(prov, entry, batch_problems)
@@ -251,6 +277,9 @@ class Measurement:
         if gpu_summary is not None and (dropped := gpu_summary.note()):
             notes.append(dropped)
         notes += sorted({r.gpu.note for r in result.rounds if r.gpu and r.gpu.note})
+        notes += _schedule_notes(workload, result)
+        if roof is not None and roof.problem:  # above the limit: the inputs or the measurement are wrong
+            notes.append(roof.problem)
         record = MeasurementRecord(
             key=self.key,
             run_id=self.options.run.run_id if self.options.run else None,
@@ -258,6 +287,7 @@ class Measurement:
             variant=running.variant.id,
             workload=workload.id,
             concurrency=self.concurrency,
+            rate=workload.rate,
             emulated=running.facts.emulated,
             sglang_version=running.facts.version,
             provenance=prov,
@@ -381,6 +411,8 @@ class Measurement:
     def _roofline(self, samples: dict[str, list[float]]) -> tuple[Roofline | None, str | None]:
         """Decode tok/s against the memory-bandwidth limit, or (None, why not)."""
         running = self.running
+        if running.facts.emulated:  # the runner profile's GPU bandwidth is not the emulator's
+            return None, roofline.EMULATOR_NOTE
         runner = running.deployment.runner
         bandwidth = memory_bandwidth(runner.gpu_name, runner.memory_bandwidth_gbs)
         if bandwidth is None:

@@ -82,6 +82,11 @@ class EmulatorConfig:
     # re-prefilled (prompt + tokens so far) and decodes on (timing.py).
     retract_fraction: float = 0.0
     retract_pause_s: float = 0.35  # 10 decode steps at the default decode_step_s
+    # Load (timing.py, "Under load"); the defaults leave every request on its own step loop, unslowed.
+    # Seconds each decode step of every decoding request gains per other request decoding beside it.
+    step_s_per_running_request: float = 0.0
+    # How many prefills run at once, taken FIFO in arrival order; None: each request prefills on arrival.
+    prefill_slots: int | None = None
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -93,11 +98,18 @@ class EmulatorConfig:
             raise ConfigError("decode_step_s and decode_slowdown must be > 0")
         if self.shared_memory_bytes < 0:
             raise ConfigError(f"shared_memory_bytes must be >= 0, got {self.shared_memory_bytes}")
+        if self.prefill_slots is not None and self.prefill_slots < 1:
+            raise ConfigError(f"prefill_slots must be >= 1 (or null: no queue), got {self.prefill_slots}")
         if self.stream_interval < 1:
             raise ConfigError(f"stream_interval must be >= 1, got {self.stream_interval}")
         code = self.exit_during_startup
         if code is not None and not -64 <= code <= 255:
             raise ConfigError(f"exit_during_startup must be an exit code 0..255 or a signal -1..-64, got {code}")
+
+    @property
+    def contended(self) -> bool:
+        """Whether requests slow each other down (the load knobs are on)."""
+        return self.step_s_per_running_request > 0 or self.prefill_slots is not None
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> EmulatorConfig:

@@ -16,24 +16,32 @@ def log(message: str, rank: bool = False) -> None:
     print(f"[{stamp}{' TP0' if rank else ''}] {message}", flush=True)
 
 
-def prefill_batch_line(prompt_tokens: int, running: int, graph_label: str, graph: bool, tok_s: float) -> str:
+def prefill_batch_line(
+    prompt_tokens: int, running: int, graph_label: str, graph: bool, tok_s: float, queued: int = 0
+) -> str:
     """SGLang's prefill batch line (0.5.13-0.5.23 metrics_reporter.report_prefill_stats), one request per batch."""
     return (
         f"Prefill batch, #new-seq: 1, #new-token: {prompt_tokens}, #cached-token: 0, token usage: 0.00, "
-        f"#running-req: {running}, #queue-req: 0, #pending-token: 0, {graph_label}: {graph}, "
+        f"#running-req: {running}, #queue-req: {queued}, #pending-token: 0, {graph_label}: {graph}, "
         f"input throughput (token/s): {tok_s:.2f}"
     )
 
 
 def decode_batch_line(
-    running: int, tokens: int, accept: tuple[float, float] | None, graph_label: str, graph: bool, tok_s: float
+    running: int,
+    tokens: int,
+    accept: tuple[float, float] | None,
+    graph_label: str,
+    graph: bool,
+    tok_s: float,
+    queued: int = 0,
 ) -> str:
     """SGLang's decode batch line (report_decode_stats); ``accept``: (accept len, accept rate) with
     speculative decoding."""
     spec = f"accept len: {accept[0]:.2f}, accept rate: {accept[1]:.2f}, " if accept else ""
     return (
         f"Decode batch, #running-req: {running}, #token: {tokens}, token usage: 0.00, {spec}"
-        f"{graph_label}: {graph}, gen throughput (token/s): {tok_s:.2f}, #queue-req: 0"
+        f"{graph_label}: {graph}, gen throughput (token/s): {tok_s:.2f}, #queue-req: {queued}"
     )
 
 

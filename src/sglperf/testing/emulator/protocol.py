@@ -150,15 +150,19 @@ def request_timing(run: Run, final: bool) -> dict[str, Any]:
         "storage_prefetch_wait": 0.0,
         "storage_staging_wait": 0.0,
         "forward_entry_time": _wall(run.t0),
-        "prefill_finished_time": _wall(run.t0 + plan.prefill_s),
-        "queue_time": 0.0,
+        # Under load (timing.py) the prefill waited run.queue_s for a slot and later passes moved by
+        # run.delay_s; both are an exact 0.0 with the load knobs off.
+        "prefill_finished_time": _wall(run.t0 + run.queue_s + plan.prefill_s),
+        "queue_time": run.queue_s,
     }
     if final:
         now = time.perf_counter()
-        decode_s = plan.passes[-1].at_s - plan.passes[0].at_s if len(plan.passes) > 1 else 0.0
+        decode_s = 0.0
+        if len(plan.passes) > 1:
+            decode_s = plan.passes[-1].at_s - plan.passes[0].at_s + (run.delay_s - run.first_delay_s)
         out |= {
             "request_received_ts": _wall(run.t0),
-            "first_token_latency": plan.passes[0].at_s if plan.passes else 0.0,
+            "first_token_latency": plan.passes[0].at_s + run.first_delay_s if plan.passes else 0.0,
             "api_server_dispatch_finish_ts": _wall(run.t0),
             "response_sent_to_client_ts": _wall(now),
             "request_finished_ts": _wall(now),

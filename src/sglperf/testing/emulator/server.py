@@ -5,8 +5,9 @@ It runs no model and touches no GPU; it speaks the subset of SGLang's HTTP API t
 (health, server/model info, /v1/models, flush_cache, metrics, native /generate, OpenAI chat/completions) and
 emits tokens on a stated timing model (see :mod:`.timing`), so the suite's clients and statistics
 can be checked against a known truth. Configuration and environment: :mod:`.config`; injected
-faults: :mod:`.faults`; request and response bodies: :mod:`.protocol`. Not emulated: batching,
-real tokenisation, tree drafts (top-k > 1), ``return_meta_info``, batch requests.
+faults: :mod:`.faults`; request and response bodies: :mod:`.protocol`. Not emulated: batching (only,
+on request, its cost under load: :mod:`.timing`), real tokenisation, tree drafts (top-k > 1),
+``return_meta_info``, batch requests.
 
 This module is the process: the HTTP server and its per-endpoint handlers, start-up and ``main``.
 """
@@ -197,7 +198,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._after_tokens(run, 0, req.stream)
             steps = 0
             for i, chunk in enumerate(run.chunks):
-                sleep_until(run.t0 + chunk.at_s)
+                state.await_chunk(run, chunk)
                 if req.stream:
                     self._send_events(responder.events(run, chunk))
                 # Logged after the chunk is out, so the log's own cost is never in a measured time.

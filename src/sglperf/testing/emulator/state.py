@@ -33,9 +33,12 @@ from sglperf.testing.emulator.metrics import Retractions, Served, Snapshot, engi
 from sglperf.testing.emulator.timing import (
     Chunk,
     Plan,
+    PrefillSlots,
     chunk_plan,
     expected_decode_tok_s,
+    loaded_step_s,
     plan_request,
+    sleep_until,
     speculative_steps,
 )
 
@@ -111,10 +114,22 @@ class Run:
     retracted: bool = False  # its retraction is counted and logged
     resumed: bool = False  # its re-prefill is logged
     finished: bool = False  # its last token is out and counted
+    # Under load (timing.py), set by EmulatorState.await_chunk; all stay 0 with the load knobs off.
+    queue_s: float = 0.0  # waited for a prefill slot
+    delay_s: float = 0.0  # how much later than its plan its passes run: the queue, then the steps' stretch
+    first_delay_s: float = 0.0  # delay_s once its first token is out
+    next_pass: int = 0  # the first pass whose start has not been reached yet
+    decoding: bool = False  # counted in EmulatorState.decoding
 
     def waiting(self, now: float) -> bool:
         """Retracted and waiting in the queue (holding no KV) at ``now``."""
-        return self.plan.waiting(now - self.t0)
+        # On the plan's clock: its delay so far does not move while it waits (await_chunk adds the
+        # next step's stretch only after the gap).
+        return self.plan.waiting(now - self.t0 - self.delay_s)
+
+    def queued(self, now: float) -> bool:
+        """In the waiting queue at ``now`` (holding no KV): before its prefill slot, or retracted."""
+        return (self.queue_s > 0 and now < self.t0 + self.queue_s) or self.waiting(now)
 
     @property
     def accept_rate(self) -> float:
@@ -145,6 +160,8 @@ class EmulatorState:
     lock: threading.Lock = field(default_factory=threading.Lock)
     stats: Stats = field(default_factory=Stats)
     runs: dict[str, Run] = field(default_factory=dict)  # in flight, by rid
+    decoding: int = 0  # requests in their decode loop, with the load knobs on (timing.py): the batch
+    prefill_slots: PrefillSlots = field(init=False)
     # Derived from the effective args once.
     spec_steps: int | None = field(init=False)
     prefill_graph: bool = field(init=False)
@@ -156,6 +173,7 @@ class EmulatorState:
     shared_memory: mmap.mmap | None = None  # config.shared_memory_bytes, kept mapped until exit
 
     def __post_init__(self) -> None:
+        self.prefill_slots = PrefillSlots(self.config.prefill_slots)
         self.spec_steps = speculative_steps(self.effective)
         self.prefill_graph = graph_on(PREFILL_CUDA_GRAPH, self.effective, default=False)
         self.decode_graph = graph_on(DECODE_CUDA_GRAPH, self.effective, default=True)  # on in every release
@@ -228,12 +246,60 @@ class EmulatorState:
             faults=faults,
         )
         with self.lock:
+            if cfg.prefill_slots is not None:
+                # Reserved now, in arrival order: the prefills ahead of it are already known.
+                run.queue_s = run.delay_s = self.prefill_slots.admit(t0, plan.prefill_s) - t0
             self.runs[run.rid] = run
         return run
 
-    def _running(self, now: float, besides: Run | None = None) -> int:
-        """Requests in flight and not waiting after a retraction (call under the lock)."""
-        return sum(1 for r in self.runs.values() if r is not besides and not r.waiting(now))
+    def await_chunk(self, run: Run, chunk: Chunk) -> None:
+        """Sleep until ``chunk`` of ``run`` is due: at its plan's time or, under load (timing.py), once
+        its queue, its prefill and every pass up to the chunk's have run, each pass stretched by the
+        requests decoding when it starts."""
+        if not self.config.contended:
+            sleep_until(run.t0 + chunk.at_s)
+            return
+        plan = run.plan
+        # A pass is timed at its start, so passes inside one chunk (stream_interval > 1) are each
+        # waited for: the batch may change between them.
+        while run.next_pass <= chunk.verify_ct and run.next_pass < len(plan.passes):
+            i = run.next_pass
+            start = plan.passes[i - 1].at_s if i else plan.prefill_s  # on the plan's clock
+            sleep_until(run.t0 + run.delay_s + start)
+            drawn = plan.passes[i].at_s - start
+            if i and plan.retract_after == i - 1:
+                # Out of the batch while it waits and is re-prefilled; that gap is not a step, not stretched.
+                self._decode(run, False)
+                sleep_until(run.t0 + run.delay_s + start + plan.retract_s)
+                drawn -= plan.retract_s
+            running = self._decode(run, True)
+            run.delay_s += loaded_step_s(self.config, drawn, running) - drawn
+            if i == 0:
+                run.first_delay_s = run.delay_s
+            run.next_pass += 1
+        sleep_until(run.t0 + run.delay_s + chunk.at_s)
+
+    def _decode(self, run: Run, on: bool) -> int:
+        """Put ``run`` in the decode batch or take it out; the requests decoding then."""
+        with self.lock:
+            if on and not run.decoding:
+                run.decoding = True
+                self.decoding += 1
+            elif not on:
+                self._leave_batch(run)
+            return self.decoding
+
+    def _leave_batch(self, run: Run) -> None:
+        """Take ``run`` out of the decode batch, if it is in (call under the lock)."""
+        if run.decoding:
+            run.decoding = False
+            self.decoding -= 1
+
+    def _batch(self, now: float, besides: Run | None = None) -> tuple[int, int]:
+        """(running, queued): the requests in flight, other than ``besides``, out of the queue and in it
+        (call under the lock)."""
+        queued = [r.queued(now) for r in self.runs.values() if r is not besides]
+        return len(queued) - sum(queued), sum(queued)
 
     @property
     def graph_label(self) -> str:
@@ -246,13 +312,14 @@ class EmulatorState:
         with self.lock:
             self.stats.served[run.stream].ttft.observe(now - run.t0)
             self.stats.report()
-            running = self._running(now, besides=run)
-        self._log_prefill_line(run.prompt_tokens, run.plan.prefill_s, running)
+            running, queued = self._batch(now, besides=run)
+        self._log_prefill_line(run.prompt_tokens, run.plan.prefill_s, running, queued)
 
-    def _log_prefill_line(self, tokens: int, prefill_s: float, running: int) -> None:
+    def _log_prefill_line(self, tokens: int, prefill_s: float, running: int, queued: int) -> None:
         ran = self.prefill_graph and self.config.graph_replayed
         tok_s = tokens / prefill_s if prefill_s > 0 else 0.0
-        log(prefill_batch_line(tokens, running, self.graph_label, ran, tok_s), rank=self.launch.tp_size > 1)
+        line = prefill_batch_line(tokens, running, self.graph_label, ran, tok_s, queued)
+        log(line, rank=self.launch.tp_size > 1)
 
     def log_decode_steps(self, run: Run, steps: int, tokens: int) -> None:
         """After each chunk of ``run`` (``tokens`` out so far, ``steps`` decode steps since the last):
@@ -266,7 +333,8 @@ class EmulatorState:
             run.tokens_out = tokens
             before = self.stats.decode_steps
             self.stats.decode_steps += steps
-            running = self._running(now)
+            running, queued = self._batch(now)
+            decoding = max(1, self.decoding)  # 0 with the load knobs off: each request alone
             logged = steps > 0 and (before + steps) // interval != before // interval
             if logged:
                 self.stats.report()
@@ -274,8 +342,8 @@ class EmulatorState:
             plan = run.plan
             accept = (plan.completion_tokens / max(1, plan.verify_steps), run.accept_rate) if run.spec else None
             ran = self.decode_graph and self.config.graph_replayed
-            tok_s = expected_decode_tok_s(self.config, self.spec_steps)
-            line = decode_batch_line(running, run.prompt_tokens + tokens, accept, self.graph_label, ran, tok_s)
+            tok_s = expected_decode_tok_s(self.config, self.spec_steps, decoding)
+            line = decode_batch_line(running, run.prompt_tokens + tokens, accept, self.graph_label, ran, tok_s, queued)
             log(line, rank=self.launch.tp_size > 1)
         self._retract_if_due(run, tokens)
         if tokens >= run.plan.completion_tokens and not run.finished:
@@ -297,7 +365,7 @@ class EmulatorState:
             counts.output_tokens += tokens
             self.stats.retracted_unreported += 1
             # SGLang re-estimates the ratio from the requests its batch keeps.
-            left = [r for r in self.runs.values() if r is not run and not r.waiting(now)]
+            left = [r for r in self.runs.values() if r is not run and not r.queued(now)]
             decoded = sum(r.tokens_out for r in left) + RETRACT_DECODE_STEPS * len(left)
             new_ratio = min(1.0, decoded / (sum(r.max_new_tokens for r in left) + 1))
             old_ratio = self.stats.new_token_ratio.at(now, step_s)
@@ -312,14 +380,15 @@ class EmulatorState:
         with self.lock:
             run.resumed = True
             self.stats.report()
-            running = self._running(now, besides=run)
+            running, queued = self._batch(now, besides=run)
         tokens = run.prompt_tokens + run.tokens_out
-        self._log_prefill_line(tokens, run.plan.retract_s - run.plan.retract_pause_s, running)
+        self._log_prefill_line(tokens, run.plan.retract_s - run.plan.retract_pause_s, running, queued)
 
     def end_run(self, run: Run, completed: bool) -> None:
         """``run`` is over (``completed``: all of it was sent); one that never got to its last token was aborted."""
         with self.lock:
             self.runs.pop(run.rid, None)
+            self._leave_batch(run)  # if its client went away before its finish
             if not self.runs:
                 self.stats.new_token_ratio.set(RATIO_INIT, time.perf_counter())  # SGLang resets it when idle
             if not (completed or run.finished):
@@ -333,6 +402,7 @@ class EmulatorState:
         now = time.perf_counter()
         with self.lock:
             run.finished = True
+            self._leave_batch(run)  # its last step is over: the others' next ones no longer wait for it
             served = self.stats.served[run.stream]
             served.requests += 1
             served.prompt_tokens += run.prompt_tokens
@@ -342,7 +412,8 @@ class EmulatorState:
                 self.stats.spec_completion_tokens += plan.completion_tokens
                 self.stats.spec_verify_steps += plan.verify_steps
             if len(plan.passes) > 1:
-                span = plan.passes[-1].at_s - plan.passes[0].at_s
+                # The load's stretch after the first token counts (an exact 0.0 with the knobs off).
+                span = plan.passes[-1].at_s - plan.passes[0].at_s + (run.delay_s - run.first_delay_s)
                 self.stats.last_gen_throughput = (plan.completion_tokens - 1) / span
 
     def server_info(self) -> dict[str, Any]:
@@ -418,8 +489,8 @@ class EmulatorState:
         with self.lock:
             s = self.stats
             runs = list(self.runs.values())
-            waiting = {r.rid for r in runs if r.waiting(now)}
-            held = sum(r.prompt_tokens + r.tokens_out for r in runs if r.rid not in waiting)  # a waiting one holds none
+            waiting = {r.rid for r in runs if r.queued(now)}
+            held = sum(r.prompt_tokens + r.tokens_out for r in runs if r.rid not in waiting)  # a queued one holds none
             snapshot = Snapshot(
                 model_name=self.model_name,
                 engine_type=engine_type(self.effective.get("disaggregation_mode")),

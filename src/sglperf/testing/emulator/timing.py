@@ -1,7 +1,7 @@
 """The emulator's timing model, as pure functions: the truth the suite's statistics are checked against.
 
-Timing model (one request; requests are independent: each runs its own step loop, whereas a real
-server batches them, so concurrency does not slow anything down here):
+Timing model (one request; by default requests are independent: each runs its own step loop, whereas
+a real server batches them, so concurrency slows nothing down unless the load knobs are on, below):
 
 * TTFT = ``prefill_s_per_token * prompt_tokens`` plus one decode step; the first token comes from
   prefill and is never a verify step. Prompt tokens are ``len(input_ids)``, else
@@ -21,15 +21,40 @@ server batches them, so concurrency does not slow anything down here):
 * Truth: :func:`expected_accept_length` and :func:`expected_decode_tok_s`. As in SGLang, a request's
   ``spec_accept_length`` = completion_tokens / spec_verify_ct counts the prefill token too, so it
   exceeds the per-step expectation by about 1 / spec_verify_ct.
+
+Under load (``step_s_per_running_request`` = k and ``prefill_slots``, both off by default). Without
+them a rate or a concurrency test cannot fail on the emulator, whereas on a real server it fails in
+two ways this emulates and no more: one forward pass serves the whole decode batch, so each step gets
+longer with every request decoding beside it (per-stream decode falls); and newly arrived requests
+are prefilled a batch at a time, so a burst waits in the queue (TTFT's tail grows while the median of
+a request alone stays put). So:
+
+* A request waits for one of ``prefill_slots`` prefills, FIFO in arrival order. The wait is reserved
+  at arrival from the prefills ahead (:class:`PrefillSlots`): prefill times are known up front, so no
+  thread has to hand a slot over and the queue does not depend on thread scheduling.
+* Each decode step, drawn as above (TTFT's one included), lasts ``(decode_step_s * decode_slowdown +
+  k * (running - 1)) * noise`` (:func:`loaded_step_s`), where running counts the requests in their
+  decode loop (past prefill, not waiting after a retraction, not finished) when the step starts,
+  itself included.
+* The plan (passes, drafts, retraction) is still drawn up front, so token counts, acceptance and the
+  noise draws are the same under load; only when passes happen moves, by a delay per request that the
+  server adds to as each step starts (``EmulatorState.await_chunk``). A request alone (running 1, an
+  empty queue) is timed exactly as its plan says, and with the knobs off the server does not even
+  keep that delay: every chunk goes out at its plan's deadline, as in the model above.
+* Not emulated: a prefill stalling the others' decode, a re-prefill after retraction queueing for a
+  slot, a batch-size limit. Truth: :func:`expected_decode_tok_s` with ``running`` for a steady batch
+  of that many streams; a burst of n equal prompts at once waits 0, p, 2p, ... (n - 1)p for prefill
+  with one slot (p = ``prefill_s_per_token`` * prompt tokens).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import math
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -52,10 +77,42 @@ def expected_accept_length(accept_prob: float, num_steps: int) -> float:
     return sum(accept_prob**i for i in range(num_steps + 1))
 
 
-def expected_decode_tok_s(config: EmulatorConfig, num_steps: int | None) -> float:
-    """Expected single-stream decode rate, tokens/s, ignoring the max_new_tokens cap."""
+def expected_decode_tok_s(config: EmulatorConfig, num_steps: int | None, running: int = 1) -> float:
+    """Expected decode rate of one stream, tokens/s, ignoring the max_new_tokens cap, while ``running``
+    requests decode together (1: alone, whatever the load knobs say)."""
     per_step = 1.0 if num_steps is None else expected_accept_length(config.accept_prob, num_steps)
-    return per_step / (config.decode_step_s * config.decode_slowdown)
+    step_s = config.decode_step_s * config.decode_slowdown
+    # k * 0 adds an exact 0.0: a stream alone keeps the rate it had before the load knobs existed.
+    return per_step / (step_s + config.step_s_per_running_request * (running - 1))
+
+
+def loaded_step_s(config: EmulatorConfig, drawn_s: float, running: int) -> float:
+    """How long a decode step drawn as ``drawn_s`` (step time x noise, :func:`plan_request`) lasts while
+    ``running`` requests decode, itself included: the load's extra time is under the same noise."""
+    extra = config.step_s_per_running_request * (running - 1)
+    if extra <= 0:
+        return drawn_s  # alone, or the knob off: the plan's own time, not a rounding of it
+    return drawn_s * (1.0 + extra / (config.decode_step_s * config.decode_slowdown))
+
+
+@dataclass
+class PrefillSlots:
+    """``prefill_slots``: when the prefill of each arriving request starts, FIFO in arrival order."""
+
+    slots: int | None  # None: no queue, every prefill starts on arrival
+    busy_until: list[float] = field(default_factory=list)  # a min-heap: when each taken slot is free again
+
+    def admit(self, arrival: float, prefill_s: float) -> float:
+        """Reserve a slot for a request arriving at ``arrival`` (after every request admitted before it):
+        the time its prefill starts."""
+        if self.slots is None:
+            return arrival
+        if len(self.busy_until) < self.slots:
+            start = arrival
+        else:
+            start = max(arrival, heapq.heappop(self.busy_until))  # the slot that frees first
+        heapq.heappush(self.busy_until, start + prefill_s)
+        return start
 
 
 def prompt_tokens_of_text(text: str) -> int:

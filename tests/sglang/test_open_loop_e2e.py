@@ -1,0 +1,77 @@
+"""A scheduler regression that only load shows, end to end on the emulator as a user runs it: requests
+that slow each other down (each decode step longer per request beside it, one prefill at a time) fail
+a workload at a request rate on its TTFT tail and goodput, while the concurrency-1 workload on the same
+server still passes, and the unchanged emulator passes both."""
+
+from __future__ import annotations
+
+import pytest
+
+from sglperf.baselines import store
+
+from ..support.emulator_runs import Suite
+from ..support.project import SglangPython, make_project, with_workloads
+
+# Measures a server's speed: runs alone under pytest-xdist (tests/conftest.py).
+pytestmark = pytest.mark.quiet_host
+
+pytest_plugins = ["pytester"]
+
+WORKLOADS = """
+[[workloads]]
+id = "single"
+prompts = "../data/prompts/chat.jsonl"
+max_prompts = 2
+output_len = 32
+concurrency = [1]
+warmup = 1
+repeats = 6
+
+[[workloads]]
+id = "at-rate"
+prompts = "../data/prompts/chat.jsonl"
+max_prompts = 2
+output_len = 32
+rate = 100.0
+arrival = "constant"
+requests = 12
+slo = { ttft_s = 0.06 }
+warmup = 1
+repeats = 6
+"""
+# What the regression does to requests that overlap; a request alone is untouched by either. At 100 req/s
+# a request (~20 ms of prefill, ~35 ms of decode) overlaps the next ones: one prefill at a time queues.
+STEP_S_PER_RUNNING_REQUEST, PREFILL_SLOTS = 0.004, 1
+
+
+@pytest.fixture
+def suite(pytester: pytest.Pytester, sglang_python: SglangPython, monkeypatch: pytest.MonkeyPatch) -> Suite:
+    monkeypatch.delenv("SGLPERF_SIMULATED_GPUS", raising=False)
+    monkeypatch.setenv("SGLPERF_GPU_LOCK_DIR", str(pytester.path / "gpu-locks"))
+    make_project(pytester.path, with_workloads(WORKLOADS))
+    pytester.makeini("[pytest]\ntestpaths = deployments\n")
+    return Suite(pytester, sglang_python)
+
+
+def test_a_rate_workload_fails_on_its_tail_and_goodput_where_the_single_stream_passes(suite: Suite) -> None:
+    suite("--update-baselines").assert_outcomes(passed=2)
+    path = suite.path / "baselines" / "emulator" / "2xA6000" / "qwen36" / "mtp3-prefill-graph.json"
+    entry = store.load(path).entries["at-rate@r100"]
+    assert entry.rate == 100.0 and entry.schedule == "rate=100 constant seed=0 requests=12 cap=none"
+    assert {"ttft_p99_s", "itl_p99_s", "goodput_share", "goodput_req_s"} <= entry.samples.keys()
+    assert min(entry.samples["goodput_share"]) == 1.0  # the SLO holds for the unloaded emulator
+
+    suite().assert_outcomes(passed=2)  # unchanged
+
+    loaded = suite(step_s_per_running_request=STEP_S_PER_RUNNING_REQUEST, prefill_slots=PREFILL_SLOTS)
+    loaded.assert_outcomes(passed=1, failed=1)
+    loaded.stdout.fnmatch_lines(
+        [
+            "*PASSED*qwen36-mtp3-prefill-graph-single-c1*",
+            "*FAILED*qwen36-mtp3-prefill-graph-at-rate-r100*",
+        ],
+        consecutive=False,
+    )
+    said = loaded.stdout.str()
+    assert "ttft_p99_s regressed" in said and "goodput_share regressed" in said
+    assert "sent on schedule (rate=100 constant seed=0 requests=12 cap=none): p90 send lag" in said
