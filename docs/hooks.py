@@ -125,7 +125,7 @@ def metrics_table() -> str:
     is better, the default floor, and whether it is one value per round or a mean over requests."""
     rows = ["| metric | unit | better | default floor | per round |", "|---|---|---|---|---|"]
     for m in METRICS.values():
-        floor = f"{m.default_threshold:.0%}" + (f" (or `{m.floor_from}`'s)" if m.floor_from else "")
+        floor = f"{m.default_threshold * 100:g}%" + (f" (or `{m.floor_from}`'s)" if m.floor_from else "")
         per_round = "yes" if m.per_round else "mean over the round's requests"
         rows.append(f"| `{m.name}` | {m.unit} | {m.direction.value} | {floor} | {per_round} |")
     return "\n".join(rows)

@@ -16,6 +16,7 @@ from sglperf.model.metrics import Direction, MetricOutcome
 pytestmark = pytest.mark.selftest
 
 PLAN = SequentialPlan()
+BOTH_SIDES = SequentialPlan(rule_out_improvements=True)  # the rule before: "clearly within" both bounds
 FLIPPED = {
     MetricOutcome.REGRESSION: MetricOutcome.IMPROVEMENT,
     MetricOutcome.IMPROVEMENT: MetricOutcome.REGRESSION,
@@ -74,10 +75,28 @@ def test_symmetric_reading_a_metric_the_other_way_round_flips_the_verdict(
     # A threshold no ratio of grid values hits exactly (a tie with the bound could fall either way by
     # an ulp); the mirrored bound in log space: a drop of t for throughput is a 1/(1-t) rise for latency.
     t = 0.0301234567
-    higher = PLAN.decide("decode_tok_s", base, current, threshold=t, direction=Direction.HIGHER_IS_BETTER)
-    lower = PLAN.decide("decode_tok_s", base, current, threshold=1 / (1 - t) - 1, direction=Direction.LOWER_IS_BETTER)
+    rise = 1 / (1 - t) - 1
+    # Ruling out both sides, stopping is symmetric too; the default plan asks the improvement side less
+    # (only while the median shows one), so only its verdicts mirror.
+    higher = BOTH_SIDES.decide("decode_tok_s", base, current, threshold=t, direction=Direction.HIGHER_IS_BETTER)
+    lower = BOTH_SIDES.decide("decode_tok_s", base, current, threshold=rise, direction=Direction.LOWER_IS_BETTER)
     assert higher.stop == lower.stop
     assert FLIPPED[higher.outcome] is lower.outcome
+    up = PLAN.judge("decode_tok_s", base, current, threshold=t, direction=Direction.HIGHER_IS_BETTER)
+    down = PLAN.judge("decode_tok_s", base, current, threshold=rise, direction=Direction.LOWER_IS_BETTER)
+    assert FLIPPED[up.outcome] is down.outcome
+
+
+@fast
+@given(baselines, rounds, shifts, st.sampled_from(list(Direction)))
+def test_the_plan_stops_whenever_ruling_out_both_sides_would_with_the_same_verdict(
+    base: list[float], cur: list[float], k: float, direction: Direction
+) -> None:
+    current = [x * k for x in cur]
+    both = BOTH_SIDES.decide("decode_tok_s", base, current, direction=direction)
+    plan = PLAN.decide("decode_tok_s", base, current, direction=direction)
+    if both.stop:
+        assert plan.stop and plan.outcome is both.outcome
 
 
 @fast
@@ -121,9 +140,49 @@ def test_clear_cases_stop_early_and_unclear_ones_run_on() -> None:
     dropped = (90 * _lognormal(rng, 0.01, 12)).tolist()
     first = PLAN.decide("decode_tok_s", base, dropped[:3])
     assert first.stop and first.outcome is MetricOutcome.REGRESSION
-    # On the threshold (median ratio 0.9725): neither clearly beyond it nor clearly within.
+    # On the threshold (median ratio 0.9725): neither clearly beyond it nor clearly not regressed.
     even = np.linspace(99, 101, 12).tolist()
     assert not PLAN.decide("decode_tok_s", even, [97.0, 97.4, 97.2, 97.3]).stop
+
+
+# Lower is better, 5% threshold: rounds spread +-6% around 10 (a noisy TTFT, as at concurrency 8).
+NOISY_TTFT = np.linspace(9.4, 10.6, 12).round(2).tolist()
+
+
+def test_an_improvement_the_median_does_not_show_does_not_hold_the_run_open() -> None:
+    # 4% faster: clearly not regressed, the median within the 5% threshold; an improvement past it is
+    # not ruled out at 3 rounds, and at this spread would not be for many more.
+    current = [9.5, 9.6, 9.9]
+    decision = PLAN.decide("ttft_s", NOISY_TTFT, current)
+    assert decision.stop and decision.outcome is MetricOutcome.UNCHANGED
+    assert decision.reason == "ttft_s clearly not regressed after 3 rounds (median -4.0%)"
+    assert PLAN.judge("ttft_s", NOISY_TTFT, current).outcome is MetricOutcome.UNCHANGED
+    waiting = BOTH_SIDES.decide("ttft_s", NOISY_TTFT, current)
+    assert not waiting.stop and "an improvement up to 7.5% not ruled out" in waiting.reason
+    # With the median past the improvement bound (6% faster) an improvement is pending: go on.
+    pending = PLAN.decide("ttft_s", NOISY_TTFT, [9.2, 9.4, 9.6])
+    assert not pending.stop
+    assert "median -6.0%, past its improvement bound, p=0.011 not yet under 0.0023" in pending.reason
+
+
+def test_an_unclear_metric_says_why() -> None:
+    rng = np.random.default_rng(4)
+    base = (100 * _lognormal(rng, 0.03, 12)).round(2).tolist()
+    current = (98 * _lognormal(rng, 0.03, 12)).round(2).tolist()
+    interim = PLAN.decide("decode_tok_s", base, current[:6])
+    assert not interim.stop and interim.reason.startswith("decode_tok_s not yet clear after 6 rounds: median ")
+    last = PLAN.decide("decode_tok_s", base, current)
+    assert last.stop and last.outcome is MetricOutcome.UNCHANGED
+    assert last.reason == (
+        "decode_tok_s not clear after 12 rounds: median -2.9%, a regression up to 4.6% not ruled out (95% bound), "
+        "threshold 3%; its rounds vary 3.3% (budget of 12 rounds used)"
+    )
+    # The run's line names the metric that held it open, not the settled ones.
+    settled = (100 * _lognormal(rng, 0.005, 12)).tolist()
+    both = PLAN.decide_all(
+        {"decode_tok_s": base, "ttft_s": settled}, {"decode_tok_s": current[:6], "ttft_s": settled[:6]}
+    )
+    assert not both.stop and both.reason == interim.reason
 
 
 def test_decide_all_waits_for_every_watched_metric() -> None:

@@ -74,17 +74,20 @@ METRICS: dict[str, Metric] = {
         Metric("output_tok_s", "tok/s", Direction.HIGHER_IS_BETTER, 0.05, "output tok/s", per_round=True),
         Metric("request_s", "req/s", Direction.HIGHER_IS_BETTER, 0.05, "req/s", per_round=True),
         # Under load (concurrency > 1 or a rate) only: tails per round, where queueing shows before any
-        # median moves. A p99 over a round's requests rests on its few slowest, so it gets a wider floor
-        # than the p90; ITL tails pool every token gap of the round and are quieter than TTFT's.
-        # Provisional floors until bench/tail_verdicts.py measures their false alarms.
+        # median moves. Floors from bench/tail_verdicts.py (real emulator rounds at a rate, two sessions,
+        # false alarms <= 1% each): TTFT tails varied 1-2% per round there, but the emulator's prefill has
+        # no noise of its own, so 10-15% until GPU rounds say otherwise. Under MTP the ITL p90 sits on the
+        # edge of the cluster of tokens from steps that accepted no draft and jumps with each round's
+        # rejections (7% CV): 15%. The p99 is quieter (5%): 10%.
         Metric("ttft_p90_s", "s", Direction.LOWER_IS_BETTER, 0.10, "TTFT p90 s", per_round=True),
-        Metric("ttft_p99_s", "s", Direction.LOWER_IS_BETTER, 0.20, "TTFT p99 s", per_round=True),
-        Metric("itl_p90_s", "s", Direction.LOWER_IS_BETTER, 0.05, "ITL p90 s", per_round=True),
+        Metric("ttft_p99_s", "s", Direction.LOWER_IS_BETTER, 0.15, "TTFT p99 s", per_round=True),
+        Metric("itl_p90_s", "s", Direction.LOWER_IS_BETTER, 0.15, "ITL p90 s", per_round=True),
         Metric("itl_p99_s", "s", Direction.LOWER_IS_BETTER, 0.10, "ITL p99 s", per_round=True),
         # With a workload slo, at any load: the share of a round's requests that met every target, and
-        # those requests per second of the round's wall time.
+        # those requests per second of the round's wall time. 5% fails the share on one request in 16
+        # (the point); req/s adds the round's wall time to that and needs 7.5% (bench/tail_verdicts.py).
         Metric("goodput_share", "share", Direction.HIGHER_IS_BETTER, 0.05, "goodput share", per_round=True),
-        Metric("goodput_req_s", "req/s", Direction.HIGHER_IS_BETTER, 0.05, "goodput req/s", per_round=True),
+        Metric("goodput_req_s", "req/s", Direction.HIGHER_IS_BETTER, 0.075, "goodput req/s", per_round=True),
     )
 }
 METRIC_NAMES = tuple(METRICS)
