@@ -24,10 +24,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-import socket
-import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
@@ -36,7 +34,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import httpx
 import numpy as np
 
 from sglperf.baselines import regression
@@ -45,6 +42,7 @@ from sglperf.measure.meter import measure
 from sglperf.measure.prompts import Message, Prompt, PromptSet
 from sglperf.model.deployment import Workload
 from sglperf.model.metrics import METRICS, MetricOutcome
+from sglperf.runtime.server import ServerSpec, launch
 from sglperf.sglang.intents import Speculative
 from sglperf.testing.emulator.config import CONFIG_ENV
 
@@ -53,7 +51,6 @@ if TYPE_CHECKING:  # mypy resolves the modules beside this script from the repos
 else:  # `python bench/<script>.py` puts bench/ itself on the path
     import _docs_table
 
-REPO = Path(__file__).resolve().parents[1]
 SPEC_STEPS, ACCEPT_PROB = 3, 0.7
 SPEC_ARGV = tuple(
     arg
@@ -65,17 +62,10 @@ GAINS, GAIN_CVS, GAIN_TRIALS = (0.03, 0.05, 0.10), (0.02, 0.05), 500
 Rounds = dict[str, list[float]]  # metric -> one value per round
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextmanager
 def emulator(args: argparse.Namespace, seed: int) -> Iterator[str]:
-    """A fresh emulator (one server session), killed on exit; yields its URL."""
-    port = _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SGLPERF_EMULATOR")}
+    """A fresh emulator (one server session), started as the suite starts servers, stopped on exit;
+    yields its URL."""
     config = {
         "startup_s": 0.05,
         "noise_cv": args.noise_cv,
@@ -84,25 +74,20 @@ def emulator(args: argparse.Namespace, seed: int) -> Iterator[str]:
         "accept_prob": ACCEPT_PROB,
         "seed": seed,
     }
-    env[CONFIG_ENV] = json.dumps({**config, **json.loads(args.emulator_config)})
-    argv = [sys.executable, "-m", "sglperf.testing.emulator", "--port", str(port), *(SPEC_ARGV if args.spec else ())]
-    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"emulator did not start: {proc.stderr.read().decode() if proc.stderr else ''}")
-            time.sleep(0.05)
-        yield url
-    finally:
-        proc.kill()
-        proc.wait(timeout=10)
+    with tempfile.TemporaryDirectory() as tmp:
+        spec = ServerSpec(
+            name="emulator",
+            python=sys.executable,
+            argv=("--model-path", "stand-in", *(SPEC_ARGV if args.spec else ())),
+            env={CONFIG_ENV: json.dumps({**config, **json.loads(args.emulator_config)})},
+            log_path=Path(tmp) / "emulator.log",
+            emulated=True,
+        )
+        server = launch(spec)
+        try:
+            yield server.base_url
+        finally:
+            server.stop()
 
 
 def prompt_set(n: int, tokens: int) -> PromptSet:

@@ -10,7 +10,7 @@ import pytest
 from sglperf.baselines import store
 
 from ..support.emulator_runs import Suite
-from ..support.project import NEW_SGLANG, OLD_SGLANG, SglangPython, make_project, with_workloads
+from ..support.project import NEW_SGLANG, OLD_SGLANG, SglangPython, with_workloads
 
 # Measures a server's speed: runs alone under pytest-xdist (tests/conftest.py).
 pytestmark = pytest.mark.quiet_host
@@ -31,11 +31,7 @@ repeats = 12
 
 @pytest.fixture
 def suite(pytester: pytest.Pytester, sglang_python: SglangPython, monkeypatch: pytest.MonkeyPatch) -> Suite:
-    monkeypatch.delenv("SGLPERF_SIMULATED_GPUS", raising=False)
-    monkeypatch.setenv("SGLPERF_GPU_LOCK_DIR", str(pytester.path / "gpu-locks"))
-    make_project(pytester.path, with_workloads(WORKLOAD))
-    pytester.makeini("[pytest]\ntestpaths = deployments\n")
-    return Suite(pytester, sglang_python)
+    return Suite.in_project(pytester, sglang_python, monkeypatch, WORKLOAD)
 
 
 def _baseline_file(root: Path, variant: str = "mtp3-prefill-graph") -> Path:

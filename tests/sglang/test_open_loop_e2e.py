@@ -10,7 +10,7 @@ import pytest
 from sglperf.baselines import store
 
 from ..support.emulator_runs import Suite
-from ..support.project import SglangPython, make_project, with_workloads
+from ..support.project import SglangPython
 
 # Measures a server's speed: runs alone under pytest-xdist (tests/conftest.py).
 pytestmark = pytest.mark.quiet_host
@@ -46,11 +46,7 @@ STEP_S_PER_RUNNING_REQUEST, PREFILL_SLOTS = 0.004, 1
 
 @pytest.fixture
 def suite(pytester: pytest.Pytester, sglang_python: SglangPython, monkeypatch: pytest.MonkeyPatch) -> Suite:
-    monkeypatch.delenv("SGLPERF_SIMULATED_GPUS", raising=False)
-    monkeypatch.setenv("SGLPERF_GPU_LOCK_DIR", str(pytester.path / "gpu-locks"))
-    make_project(pytester.path, with_workloads(WORKLOADS))
-    pytester.makeini("[pytest]\ntestpaths = deployments\n")
-    return Suite(pytester, sglang_python)
+    return Suite.in_project(pytester, sglang_python, monkeypatch, WORKLOADS)
 
 
 def test_a_rate_workload_fails_on_its_tail_and_goodput_where_the_single_stream_passes(suite: Suite) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from .project import NEW_SGLANG, SglangPython
+from .project import NEW_SGLANG, SglangPython, make_project, with_workloads
 
 # Prefill long enough that TTFT (about 20 ms) dwarfs a busy box's jitter: the same 2.6-3 ms TTFT in
 # test_user_fixtures moved +11.7% between two unchanged runs in CI (threshold 5%).
@@ -50,3 +50,14 @@ class Suite:
             *args,
             timeout=300,
         )
+
+    @classmethod
+    def in_project(
+        cls, pytester: pytest.Pytester, sglang_python: SglangPython, monkeypatch: pytest.MonkeyPatch, workloads: str
+    ) -> Suite:
+        """A project folder with qwen36 and these ``[[workloads]]``, and no simulated GPUs or shared GPU locks."""
+        monkeypatch.delenv("SGLPERF_SIMULATED_GPUS", raising=False)
+        monkeypatch.setenv("SGLPERF_GPU_LOCK_DIR", str(pytester.path / "gpu-locks"))
+        make_project(pytester.path, with_workloads(workloads))
+        pytester.makeini("[pytest]\ntestpaths = deployments\n")
+        return cls(pytester, sglang_python)
