@@ -30,6 +30,7 @@ from sglperf.measure import meter
 from sglperf.measure.prompts import Message, Prompt, PromptSet
 from sglperf.model.deployment import Workload
 from sglperf.runtime.server import ServerSpec, launch
+from sglperf.sglang.intents import Speculative
 from sglperf.testing.emulator.config import CONFIG_ENV
 
 if TYPE_CHECKING:  # mypy resolves the modules beside this script from the repository root
@@ -39,7 +40,12 @@ else:  # `python bench/<script>.py` puts bench/ itself on the path
 
 QWEN36_RATE = 0.5  # deployments/qwen36.toml, chat-at-rate
 EMULATOR = {"decode_step_s": 0.03, "prefill_s_per_token": 0.0002, "noise_cv": 0.02, "accept_prob": 0.7}
-SPEC_ARGV = ("--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3", "--speculative-num-draft-tokens", "4")
+# The flag names from the one place that spells them (sglperf.sglang.intents).
+SPEC_ARGV = tuple(
+    arg
+    for key, value in {"algorithm": "NEXTN", "num_steps": 3, "num_draft_tokens": 4}.items()
+    for arg in (Speculative.FLAGS[key], str(value))
+)
 
 
 def prompt_set(n: int) -> PromptSet:
