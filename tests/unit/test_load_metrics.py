@@ -45,6 +45,10 @@ def test_token_gaps_are_per_token_after_the_first_chunk() -> None:
     )  # fmt: skip
     assert token_gaps([sample]) == pytest.approx([0.1, 0.3])
     assert token_gaps([doubled]) == pytest.approx([0.2, 0.2])  # a two-token chunk: its wait shared by both
+    one_read = RequestSample(
+        "p", 0, 0.5, None, None, 0.9, 3, (Chunk(0.5, 1), Chunk(0.9, 1), Chunk(0.9, 1)), None, None, None
+    )  # fmt: skip
+    assert token_gaps([one_read]) == pytest.approx([0.2, 0.2])  # two chunks in one read: one wait, not a 0
 
 
 def test_tails_are_percentiles_of_the_rounds_requests_and_gaps() -> None:

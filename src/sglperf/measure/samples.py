@@ -33,7 +33,8 @@ Per round under load (concurrency > 1, or an open-loop rate), the tails, where q
 * TTFT p90 / p99: over the round's requests' TTFT;
 * ITL p90 / p99: over every gap between two token-carrying chunks of the round's requests (the first
   chunk, prefill's, excluded), each divided by the tokens of the later chunk: per token, as ITL is.
-  A chunk of several tokens (speculative decoding, a stream interval) spreads its wait over them.
+  A chunk of several tokens (speculative decoding, a stream interval) spreads its wait over them, and
+  chunks that arrived in one network read count as one.
 
 And with a workload ``slo``, at any load: goodput share, the round's requests that met every target
 (TTFT, the request's ITL, E2E) over its requests, and goodput req/s, those requests over the round's
@@ -46,6 +47,7 @@ lag is large measured the client, not the server (`sglperf.measure.meter`).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
@@ -179,11 +181,19 @@ GOODPUT_METRICS = ("goodput_share", "goodput_req_s")
 
 
 def token_gaps(samples: Sequence[RequestSample]) -> list[float]:
-    """Per token, every wait between two token-carrying chunks after the first (see the module docstring)."""
+    """Per token, every wait between two token-carrying chunks after the first (see the module docstring).
+    Chunks stamped by the same network read arrived together: one wait, shared by all their tokens (a
+    gap of 0 is not a token that came for free, and the statistics need positive values)."""
     gaps = []
     for s in samples:
-        for before, after in zip(s.chunks, s.chunks[1:], strict=False):
-            gaps += [(after.t - before.t) / after.tokens] * after.tokens
+        reads: list[tuple[float, int]] = []
+        for chunk in s.chunks:
+            if reads and chunk.t == reads[-1][0]:
+                reads[-1] = (chunk.t, reads[-1][1] + chunk.tokens)
+            else:
+                reads.append((chunk.t, chunk.tokens))
+        for (before, _), (after, tokens) in itertools.pairwise(reads):
+            gaps += [(after - before) / tokens] * tokens
     return gaps
 
 
