@@ -39,6 +39,16 @@ def test_an_open_loop_round_sends_every_request_on_schedule_and_yields_tails_and
     assert {s.prompt_id for s in result.samples} == {"p0", "p1", "p2"}  # the prompts in turn
 
 
+def test_a_round_bounded_by_a_duration_sends_what_its_schedule_puts_before_the_end(url: str) -> None:
+    load = workload("native", rate=40.0, arrival="constant", duration_s=0.3, repeats=2, output_len=8)
+    assert load.schedule() == "rate=40 constant seed=0 duration=0.3s cap=none"
+    sent = meter.requests_per_round(load, 3)
+    assert sent == 12  # at 0, 25, ..., 275 ms; the next is due at the end
+    result = measure(url, load, prompt_set(3), concurrency=sent)
+    assert [r.requests for r in result.rounds] == [12, 12] and not result.dropped_rounds
+    assert all(r.wall_s >= 0.275 for r in result.rounds)
+
+
 def test_waiting_for_a_max_concurrency_slot_is_the_servers_time_not_the_clients_lag(url: str) -> None:
     # Each request takes about 32 x 3 ms; at 200 req/s with one slot, all but the first wait for it.
     load = workload("native", rate=200.0, arrival="constant", requests=6, max_concurrency=1, output_len=32)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sglperf.measure.arrivals import send_offsets
+from sglperf.measure.arrivals import offsets_within, send_offsets
 
 rates = st.floats(min_value=0.01, max_value=1000.0)
 shapes = st.floats(min_value=0.05, max_value=20.0)
@@ -42,3 +42,20 @@ def test_another_seed_is_another_schedule_and_bad_input_is_refused() -> None:
     assert send_offsets(10, 2.0, "poisson", 1.0, 0) != send_offsets(10, 2.0, "poisson", 1.0, 1)
     with pytest.raises(ValueError, match="rate > 0"):
         send_offsets(10, 0.0, "poisson", 1.0, 0)
+
+
+@given(duration=st.floats(0.001, 60.0), rate=rates, burstiness=shapes, seed=st.integers(0, 2**32 - 1))
+def test_a_duration_bounded_round_sends_the_schedules_first_sends_up_to_its_end(
+    duration: float, rate: float, burstiness: float, seed: int
+) -> None:
+    """The same sends as a round of that many requests, and the next one would fall at or after the end."""
+    within = offsets_within(duration, rate, "poisson", burstiness, seed)
+    assert within[0] == 0.0 and all(t < duration for t in within)
+    longer = send_offsets(len(within) + 1, rate, "poisson", burstiness, seed)
+    assert longer[:-1] == within and longer[-1] >= duration
+
+
+def test_a_constant_schedule_within_a_duration_has_rate_times_duration_sends() -> None:
+    assert len(offsets_within(10.0, 4.0, "constant", 1.0, 0)) == 40
+    with pytest.raises(ValueError, match="duration_s > 0"):
+        offsets_within(0.0, 4.0, "constant", 1.0, 0)

@@ -103,6 +103,8 @@ def test_a_rate_workload_has_one_load_point_and_a_schedule_that_names_every_send
     assert opened.schedule() == "rate=2.5 poisson burstiness=0.5 seed=0 requests=40 cap=16"
     assert _workload(rate=1, arrival="constant").schedule() == "rate=1 constant seed=0 requests=prompts cap=none"
     assert LoadPoint(16, 2.5).describe() == "2.5 req/s, at most 16 in flight"
+    timed = _workload(rate=4, arrival="constant", duration_s=2.5).schedule()
+    assert timed == "rate=4 constant seed=0 duration=2.5s cap=none"
 
 
 @pytest.mark.parametrize(
@@ -112,6 +114,8 @@ def test_a_rate_workload_has_one_load_point_and_a_schedule_that_names_every_send
         ({"burstiness": 0.5}, "burstiness: only for a workload with a rate"),
         ({"rate": 2, "slo": {}}, "an slo needs at least one of ttft_s, itl_s, e2e_s"),
         ({"rate": 0}, "greater than 0"),
+        ({"duration_s": 5}, "duration_s: only for a workload with a rate"),
+        ({"rate": 2, "requests": 8, "duration_s": 5}, "bounded by a number of requests or by a duration, not both"),
     ],
 )
 def test_open_loop_fields_out_of_place_are_refused(fields: dict[str, Any], message: str) -> None:

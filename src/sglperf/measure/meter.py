@@ -24,8 +24,9 @@ round the meter first waits, a minute at most per measurement, for a quiet half 
 that comes and goes, a GPU that cools, costs time, not rounds.
 
 Open loop (a workload with a ``rate``): each round sends ``requests`` requests (one per prompt by
-default, the prompts taken in turn) at the offsets of `sglperf.measure.arrivals`, whatever the server
-is doing, with at most max_concurrency in flight when capped; the warm-up runs as in closed loop.
+default, the prompts taken in turn), or every request due within ``duration_s``, at the offsets of
+`sglperf.measure.arrivals`, whatever the server is doing, with at most max_concurrency in flight when
+capped; the warm-up runs as in closed loop.
 Each request's send lag is recorded (`sglperf.measure.samples`). A round whose 90th-percentile lag
 exceeds max(10 ms, a tenth of the mean gap) fell behind its schedule: it measured the client, so
 it is dropped like a disturbed one (cause "client"), and a client that stays behind is a
@@ -507,8 +508,16 @@ def _open_loop_sends(workload: Workload, prompts: int) -> tuple[float, ...] | No
     """An open-loop round's send offsets (the same every round), or None in closed loop."""
     if workload.rate is None:
         return None
-    requests = workload.requests or prompts
-    return arrivals.send_offsets(requests, workload.rate, workload.arrival, workload.burstiness, workload.seed)
+    shape = (workload.rate, workload.arrival, workload.burstiness, workload.seed)
+    if workload.duration_s is not None:
+        return arrivals.offsets_within(workload.duration_s, *shape)
+    return arrivals.send_offsets(workload.requests or prompts, *shape)
+
+
+def requests_per_round(workload: Workload, prompts: int) -> int:
+    """How many requests one round sends: each prompt once in closed loop; its schedule's sends in open loop."""
+    sends = _open_loop_sends(workload, prompts)
+    return prompts if sends is None else len(sends)
 
 
 def _behind_schedule(workload: Workload, stats: RoundStats) -> str | None:

@@ -280,7 +280,7 @@ class LoadPoint:
 
 
 # Fields that only an open-loop (rate) workload reads.
-OPEN_LOOP_FIELDS = ("arrival", "burstiness", "seed", "requests", "max_concurrency")
+OPEN_LOOP_FIELDS = ("arrival", "burstiness", "seed", "requests", "duration_s", "max_concurrency")
 
 
 class Workload(_Strict):
@@ -299,6 +299,13 @@ class Workload(_Strict):
     seed: int = Field(default=0, ge=0, description="open loop: the schedule's seed (every round sends on the same one)")
     requests: int | None = Field(
         default=None, ge=1, le=100_000, description="open loop: requests per round (default: one per prompt)"
+    )
+    duration_s: float | None = Field(
+        default=None,
+        gt=0,
+        le=3600,
+        description="open loop: send for this long per round (every request the schedule puts before it), "
+        "instead of a number of requests; the round then waits for the last answer",
     )
     max_concurrency: int | None = Field(default=None, ge=1, description="open loop: the most requests in flight")
     slo: Slo | None = Field(default=None, description="targets for goodput: the share of requests meeting them all")
@@ -333,6 +340,11 @@ class Workload(_Strict):
                     "concurrency: a workload with a rate sends on its schedule, not with a fixed number in flight; "
                     "remove concurrency (max_concurrency caps what is in flight) or remove rate"
                 )
+            if self.requests is not None and self.duration_s is not None:
+                raise ValueError(
+                    "requests, duration_s: a round is bounded by a number of requests or by a duration, not both; "
+                    "remove one"
+                )
             return self
         if stray := [f for f in OPEN_LOOP_FIELDS if f in self.model_fields_set]:
             raise ValueError(
@@ -352,9 +364,10 @@ class Workload(_Strict):
             return ""
         cap = self.max_concurrency or "none"
         burst = f" burstiness={self.burstiness:g}" if self.arrival == "poisson" else ""
-        return (
-            f"rate={self.rate:g} {self.arrival}{burst} seed={self.seed} requests={self.requests or 'prompts'} cap={cap}"
-        )
+        bound = f"requests={self.requests or 'prompts'}"
+        if self.duration_s is not None:
+            bound = f"duration={self.duration_s:g}s"
+        return f"rate={self.rate:g} {self.arrival}{burst} seed={self.seed} {bound} cap={cap}"
 
     @field_validator("concurrency")
     @classmethod

@@ -122,7 +122,7 @@ class Measurement:
         running, workload = self.running, self.workload
         prompts = self._prompts()
         # Open loop without a cap: as many in flight as a round sends.
-        self.concurrency = self.load.concurrency or workload.requests or len(prompts.prompts)
+        self.concurrency = self.load.concurrency or meter.requests_per_round(workload, len(prompts.prompts))
         prov = provenance.provenance(
             runner=running.deployment.runner.name,
             facts=running.facts,
@@ -186,7 +186,7 @@ class Measurement:
         if workload.rate is None:
             sends = f"{len(prompts.prompts)} prompts"
         else:
-            sends = f"{workload.requests or len(prompts.prompts)} requests at {workload.schedule()}"
+            sends = f"{meter.requests_per_round(workload, len(prompts.prompts))} requests at {workload.schedule()}"
         self.progress(
             f"{self.key}: measuring ({'up to ' if plan else ''}{workload.repeats} rounds of {sends}, "
             f"{workload.output_len} tokens each{', sequential' if plan else ''})"
