@@ -45,6 +45,7 @@ def deployment(omp_bind: str | None = None) -> Deployment:
 def decode_chat(deployment: Deployment, repeats: int) -> tuple[Workload, PromptSet]:
     """The decode-chat workload with ``repeats`` rounds, and its prompts cut to max_prompts."""
     workload = next(w for w in deployment.workloads if w.id == "decode-chat").model_copy(update={"repeats": repeats})
+    assert workload.prompts is not None  # a prompts file, not a synthetic set
     prompts = load_prompts(deployment.path.parent / workload.prompts)
     return workload, dataclasses.replace(prompts, prompts=prompts.prompts[: workload.max_prompts])
 

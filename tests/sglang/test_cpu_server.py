@@ -77,6 +77,103 @@ def _describe(pids: list[int]) -> str:
     return "\n".join(lines)
 
 
+# First, the tests with a server of their own: the plain server below lives from its first test to the
+# module's end, and a server started beside it on a 2-CPU runner is slow to start and compile (the
+# torch-compile test took 394 s there, against 72 s for the same start alone in the CPU tier's pass 1).
+
+
+def test_the_torch_compile_variant_replays_its_cpu_graph_in_every_round(tmp_path: Path) -> None:
+    """Captured and used: the torch.compile variant's measured rounds log "cpu graph: True" for every
+    decode batch (the plain variant's, above, none). SGLang 0.5.23 captures no CPU graph without its
+    CPU kernel ('TorchNativeAttnBackend' object has no attribute 'init_cpu_graph_state')."""
+    setup = cpu_setup()
+    if setup.kernel != "sgl-kernel":
+        pytest.skip(f"no CPU graph without SGLang's CPU kernel; this CPU {envs.kernel_flags_missing()}")
+    deployment = load(setup.deployment)
+    variant = deployment.variant("torch-compile")
+    saved = {k: os.environ.get(k) for k in (TINY_MODELS_ENV, MARKER_ENV)}
+    os.environ[TINY_MODELS_ENV], os.environ[MARKER_ENV] = str(setup.models), new_marker()
+    pre = PreflightSession(lambda: setup.python, lambda m: print(m, file=sys.stderr))
+    options = LiveOptions(
+        results_dir=tmp_path / "results", baselines_dir=tmp_path / "b", update_baselines=True, root=ROOT
+    )
+    live = LiveSession(options, pre, pre._progress)
+    try:
+        workload = deployment.workloads[0].model_copy(update={"repeats": 3, "output_len": 24, "warmup": 1})
+        record = live.measure(deployment, variant, workload, 1)
+    finally:
+        live.close()
+        pre.close()
+        restore_env(saved)
+    assert record.batches is not None and len(record.batches.rounds) == 3, record
+    assert all(r.decode >= 2 and r.decode_graph == r.decode for r in record.batches.rounds), record.batches
+    assert record.batches.graph_decode_line and "cpu graph: True" in record.batches.graph_decode_line
+    assert not [p for p in record.problems if "cuda_graph" in p], record.problems
+
+
+def _pytest_until_healthy(tmp: Path) -> tuple[subprocess.Popen[bytes], str, frozenset[int]]:
+    """`pytest` on the plain variant's live items, as a user runs it, until its server is healthy."""
+    setup = cpu_setup()
+    marker = new_marker()
+    results = tmp / "results"
+    env = {**os.environ, TINY_MODELS_ENV: str(setup.models), MARKER_ENV: marker}
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        str(setup.deployment),
+        "-k",
+        f"{load(setup.deployment).key}-plain and live",
+        f"--sglang-python={setup.python}",
+        f"--results-dir={results}",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+    ]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = results / "progress.log"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        if log.is_file() and "healthy after" in log.read_text():
+            return proc, marker, server_sessions(marker)
+        time.sleep(0.5)
+    proc.kill()
+    proc.wait()
+    _wait_gone(marker, server_sessions(marker))
+    pytest.fail(f"the server did not become healthy under pytest (exit {proc.poll()}); see {log}")
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", "sigkill"])
+def test_no_process_left_when_pytest_is_interrupted(tmp_path: Path, how: str) -> None:
+    proc, marker, sessions = _pytest_until_healthy(tmp_path)
+    # pytest, the preflight probe, the launcher (a session of its own), its scheduler and detokenizer
+    assert sessions and len(marked_processes(marker, sessions)) >= 5
+    proc.send_signal(signal.SIGINT if how == "ctrl-c" else signal.SIGKILL)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        pytest.fail("pytest did not exit within 60 s of Ctrl-C")
+    left = _wait_gone(marker, sessions)
+    assert not left, f"processes left after {how} of pytest:\n{_describe(left)}"
+    # Its shared memory: removed by the stop after Ctrl-C; after SIGKILL, by the next launch's sweep.
+    entries: list[server_ledger.LedgerEntry | None] = [e for e in _ledger_entries() if e.pid in sessions] or [None]
+    (entry,) = entries
+    if how == "ctrl-c":
+        assert entry is None
+        return
+    assert entry is not None and entry.paths, "the healthy server's shared memory was not written down"
+    assert all(os.path.exists(p) for p in entry.paths)  # SIGKILL: nobody stopped the server
+    removed = server_ledger.sweep()
+    assert set(entry.paths) <= set(removed) and not any(os.path.exists(p) for p in entry.paths)
+    assert not entry.file.exists()
+
+
+def _ledger_entries() -> list[server_ledger.LedgerEntry]:
+    return [server_ledger.read_entry(f) for f in server_ledger.entry_files()]
+
+
 class Plain:
     """The plain variant's real server, started once for this module."""
 
@@ -200,6 +297,7 @@ def test_baseline_recorded_then_compared_as_cpu_numbers(plain: Plain) -> None:
     assert compared.provenance.server_metrics is True  # as the server's args say
     metrics = compared.server_metrics
     assert metrics is not None and metrics.scrapes >= 2 * (compared.rounds.used if compared.rounds else 0)
+    assert workload.prompts is not None  # a prompts file, not a synthetic set
     prompts = len(load_prompts(plain.deployment.path.parent / workload.prompts).prompts[: workload.max_prompts])
     rounds = len(metrics.series["sglang:num_requests_total"])
     assert metrics.series["sglang:num_requests_total"] == [prompts] * rounds
@@ -215,35 +313,6 @@ def test_baseline_recorded_then_compared_as_cpu_numbers(plain: Plain) -> None:
     # On a CPU without AMX the effective args still say intel_amx: the shim's doing, and every record says so.
     shimmed = plain.setup.kernel == "sgl-kernel" and "amx_tile" not in envs.cpu_flags()
     assert (AMX_NOTE in compared.notes) == shimmed, compared.notes
-
-
-def test_the_torch_compile_variant_replays_its_cpu_graph_in_every_round(tmp_path: Path) -> None:
-    """Captured and used: the torch.compile variant's measured rounds log "cpu graph: True" for every
-    decode batch (the plain variant's, above, none). SGLang 0.5.23 captures no CPU graph without its
-    CPU kernel ('TorchNativeAttnBackend' object has no attribute 'init_cpu_graph_state')."""
-    setup = cpu_setup()
-    if setup.kernel != "sgl-kernel":
-        pytest.skip(f"no CPU graph without SGLang's CPU kernel; this CPU {envs.kernel_flags_missing()}")
-    deployment = load(setup.deployment)
-    variant = deployment.variant("torch-compile")
-    saved = {k: os.environ.get(k) for k in (TINY_MODELS_ENV, MARKER_ENV)}
-    os.environ[TINY_MODELS_ENV], os.environ[MARKER_ENV] = str(setup.models), new_marker()
-    pre = PreflightSession(lambda: setup.python, lambda m: print(m, file=sys.stderr))
-    options = LiveOptions(
-        results_dir=tmp_path / "results", baselines_dir=tmp_path / "b", update_baselines=True, root=ROOT
-    )
-    live = LiveSession(options, pre, pre._progress)
-    try:
-        workload = deployment.workloads[0].model_copy(update={"repeats": 3, "output_len": 24, "warmup": 1})
-        record = live.measure(deployment, variant, workload, 1)
-    finally:
-        live.close()
-        pre.close()
-        restore_env(saved)
-    assert record.batches is not None and len(record.batches.rounds) == 3, record
-    assert all(r.decode >= 2 and r.decode_graph == r.decode for r in record.batches.rounds), record.batches
-    assert record.batches.graph_decode_line and "cpu graph: True" in record.batches.graph_decode_line
-    assert not [p for p in record.problems if "cuda_graph" in p], record.problems
 
 
 def test_a_second_start_has_the_same_effective_args_digest(plain: Plain, tmp_path: Path) -> None:
@@ -301,66 +370,3 @@ def test_a_busy_neighbour_is_named_not_blamed_on_sglang(plain: Plain) -> None:
     message = str(info.value)
     assert message.startswith(f"{plain.running.server.base_url} {workload.id}: the host stayed busy: 3 rounds dropped")
     assert any(f"pid {p.pid}" in message for p in spinners), message
-
-
-def _pytest_until_healthy(tmp: Path) -> tuple[subprocess.Popen[bytes], str, frozenset[int]]:
-    """`pytest` on the plain variant's live items, as a user runs it, until its server is healthy."""
-    setup = cpu_setup()
-    marker = new_marker()
-    results = tmp / "results"
-    env = {**os.environ, TINY_MODELS_ENV: str(setup.models), MARKER_ENV: marker}
-    cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        str(setup.deployment),
-        "-k",
-        f"{load(setup.deployment).key}-plain and live",
-        f"--sglang-python={setup.python}",
-        f"--results-dir={results}",
-        "-p",
-        "no:cacheprovider",
-        "-q",
-    ]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    log = results / "progress.log"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and proc.poll() is None:
-        if log.is_file() and "healthy after" in log.read_text():
-            return proc, marker, server_sessions(marker)
-        time.sleep(0.5)
-    proc.kill()
-    proc.wait()
-    _wait_gone(marker, server_sessions(marker))
-    pytest.fail(f"the server did not become healthy under pytest (exit {proc.poll()}); see {log}")
-
-
-@pytest.mark.parametrize("how", ["ctrl-c", "sigkill"])
-def test_no_process_left_when_pytest_is_interrupted(tmp_path: Path, how: str) -> None:
-    proc, marker, sessions = _pytest_until_healthy(tmp_path)
-    # pytest, the preflight probe, the launcher (a session of its own), its scheduler and detokenizer
-    assert sessions and len(marked_processes(marker, sessions)) >= 5
-    proc.send_signal(signal.SIGINT if how == "ctrl-c" else signal.SIGKILL)
-    try:
-        proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-        pytest.fail("pytest did not exit within 60 s of Ctrl-C")
-    left = _wait_gone(marker, sessions)
-    assert not left, f"processes left after {how} of pytest:\n{_describe(left)}"
-    # Its shared memory: removed by the stop after Ctrl-C; after SIGKILL, by the next launch's sweep.
-    entries: list[server_ledger.LedgerEntry | None] = [e for e in _ledger_entries() if e.pid in sessions] or [None]
-    (entry,) = entries
-    if how == "ctrl-c":
-        assert entry is None
-        return
-    assert entry is not None and entry.paths, "the healthy server's shared memory was not written down"
-    assert all(os.path.exists(p) for p in entry.paths)  # SIGKILL: nobody stopped the server
-    removed = server_ledger.sweep()
-    assert set(entry.paths) <= set(removed) and not any(os.path.exists(p) for p in entry.paths)
-    assert not entry.file.exists()
-
-
-def _ledger_entries() -> list[server_ledger.LedgerEntry]:
-    return [server_ledger.read_entry(f) for f in server_ledger.entry_files()]

@@ -1,7 +1,8 @@
 """A scheduler regression that only load shows, end to end on the emulator as a user runs it: requests
 that slow each other down (each decode step longer per request beside it, one prefill at a time) fail
-a workload at a request rate on its TTFT tail and goodput, while the concurrency-1 workload on the same
-server still passes, and the unchanged emulator passes both."""
+a workload at a request rate on its TTFT tail and goodput, and lower the capacity a capacity search
+finds, while the concurrency-1 workload on the same server still passes, and the unchanged emulator
+passes them all."""
 
 from __future__ import annotations
 
@@ -38,6 +39,18 @@ requests = 12
 slo = { ttft_s = 0.06 }
 warmup = 1
 repeats = 6
+
+[[workloads]]
+id = "capacity"
+prompts = "../data/prompts/chat.jsonl"
+max_prompts = 2
+output_len = 32
+capacity = { rates = [10.0, 100.0, 200.0] }
+arrival = "constant"
+requests = 12
+slo = { ttft_s = 0.06 }
+warmup = 1
+repeats = 7
 """
 # What the regression does to requests that overlap; a request alone is untouched by either. At 100 req/s
 # a request (~20 ms of prefill, ~35 ms of decode) overlaps the next ones: one prefill at a time queues.
@@ -49,25 +62,35 @@ def suite(pytester: pytest.Pytester, sglang_python: SglangPython, monkeypatch: p
     return Suite.in_project(pytester, sglang_python, monkeypatch, WORKLOADS)
 
 
-def test_a_rate_workload_fails_on_its_tail_and_goodput_where_the_single_stream_passes(suite: Suite) -> None:
-    suite("--update-baselines").assert_outcomes(passed=2)
+def test_a_rate_workload_fails_on_its_tail_and_goodput_and_the_capacity_falls_where_the_single_stream_passes(
+    suite: Suite,
+) -> None:
+    recorded = suite("--update-baselines")
+    recorded.assert_outcomes(passed=6)
+    recorded.stdout.fnmatch_lines(["*capacity 200 req/s (or more: the highest rate measured meets)*"])
     path = suite.path / "baselines" / "emulator" / "2xA6000" / "qwen36" / "mtp3-prefill-graph.json"
     entry = store.load(path).entries["at-rate@r100"]
     assert entry.rate == 100.0 and entry.schedule == "rate=100 constant seed=0 requests=12 cap=none"
     assert {"ttft_p99_s", "itl_p99_s", "goodput_share", "goodput_req_s"} <= entry.samples.keys()
     assert min(entry.samples["goodput_share"]) == 1.0  # the SLO holds for the unloaded emulator
 
-    suite().assert_outcomes(passed=2)  # unchanged
+    unchanged = suite()
+    unchanged.assert_outcomes(passed=6)
+    unchanged.stdout.fnmatch_lines(["*capacity 200 req/s (or more*; baseline 200 req/s (or more*"])
 
     loaded = suite(step_s_per_running_request=STEP_S_PER_RUNNING_REQUEST, prefill_slots=PREFILL_SLOTS)
-    loaded.assert_outcomes(passed=1, failed=1)
-    loaded.stdout.fnmatch_lines(
-        [
-            "*PASSED*qwen36-mtp3-prefill-graph-single-c1*",
-            "*FAILED*qwen36-mtp3-prefill-graph-at-rate-r100*",
-        ],
-        consecutive=False,
-    )
+    loaded.assert_outcomes(passed=2, failed=3, skipped=1)
+    for line in (
+        "*PASSED*qwen36-mtp3-prefill-graph-single-c1*",
+        "*FAILED*qwen36-mtp3-prefill-graph-at-rate-r100*",
+        "*PASSED*qwen36-mtp3-prefill-graph-capacity-r10*",
+        "*FAILED*qwen36-mtp3-prefill-graph-capacity-r100*",
+        "*SKIPPED*the capacity search stopped below 200 req/s: 100 req/s: 0 of 7 rounds kept goodput >= 0.9*",
+        "*FAILED*qwen36-mtp3-prefill-graph-capacity-capacity*",
+        # The baseline's capacity from its file, though this run stopped below its highest rate.
+        "*capacity fell: capacity 10 req/s (misses at 100 req/s); baseline 200 req/s (or more*",
+    ):
+        loaded.stdout.fnmatch_lines([line])
     said = loaded.stdout.str()
     assert "ttft_p99_s regressed" in said and "goodput_share regressed" in said
     assert "sent on schedule (rate=100 constant seed=0 requests=12 cap=none): p90 send lag" in said

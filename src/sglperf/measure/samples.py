@@ -58,7 +58,7 @@ from sglperf.errors import SglperfError
 from sglperf.model.deployment import Slo
 from sglperf.model.gpu_telemetry import GpuRound
 from sglperf.model.host_load import HostLoad
-from sglperf.model.metrics import METRIC_NAMES, METRICS
+from sglperf.model.metrics import GOODPUT_REQ_S, GOODPUT_SHARE, METRIC_NAMES, METRICS
 
 SERVER_ACCEPT_CAVEAT = (
     "server value is a running average since the server started (warm-up and other "
@@ -177,7 +177,7 @@ TAIL_METRICS = (
     ("itl_p90_s", "itl", 90),
     ("itl_p99_s", "itl", 99),
 )
-GOODPUT_METRICS = ("goodput_share", "goodput_req_s")
+GOODPUT_METRICS = (GOODPUT_SHARE, GOODPUT_REQ_S)
 
 
 def token_gaps(samples: Sequence[RequestSample]) -> list[float]:
@@ -243,7 +243,7 @@ def round_metric_values(
         # A round where no request met the slo counts half a request: the statistics compare ratios
         # (logs) and need a positive value, and 0.5 of N stays below any round that met one.
         met = [(r, max(r.slo_met, 0.5)) for r in timed if r.slo_met is not None]
-        if metric == "goodput_share":
+        if metric == GOODPUT_SHARE:
             return tuple(n / r.requests for r, n in met)
         return tuple(n / r.wall_s for r, n in met)
     if concurrency <= 1 and not open_loop:

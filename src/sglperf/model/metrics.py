@@ -49,6 +49,9 @@ class Metric:
     floor_from: str | None = None
 
 
+# Named here because the capacity search reads the share by name (`sglperf.session.capacity_search`).
+GOODPUT_SHARE = "goodput_share"
+GOODPUT_REQ_S = "goodput_req_s"
 METRICS: dict[str, Metric] = {
     m.name: m
     for m in (
@@ -86,8 +89,8 @@ METRICS: dict[str, Metric] = {
         # With a workload slo, at any load: the share of a round's requests that met every target, and
         # those requests per second of the round's wall time. 5% fails the share on one request in 16
         # (the point); req/s adds the round's wall time to that and needs 7.5% (bench/tail_verdicts.py).
-        Metric("goodput_share", "share", Direction.HIGHER_IS_BETTER, 0.05, "goodput share", per_round=True),
-        Metric("goodput_req_s", "req/s", Direction.HIGHER_IS_BETTER, 0.075, "goodput req/s", per_round=True),
+        Metric(GOODPUT_SHARE, "share", Direction.HIGHER_IS_BETTER, 0.05, "goodput share", per_round=True),
+        Metric(GOODPUT_REQ_S, "req/s", Direction.HIGHER_IS_BETTER, 0.075, "goodput req/s", per_round=True),
     )
 }
 METRIC_NAMES = tuple(METRICS)

@@ -95,6 +95,15 @@ class VariantNode(pytest.Collector):
                     workload_id=workload.id,
                     load=point,
                 )
+            if workload.capacity is not None:
+                yield CapacityItem.from_parent(
+                    self,
+                    name=f"{d.key}-{variant.id}-{workload.id}-capacity",
+                    deployment=d,
+                    variant_id=variant.id,
+                    intent="",
+                    workload_id=workload.id,
+                )
 
 
 class SglperfItem(pytest.Item):
@@ -211,6 +220,29 @@ class MeasureItem(LiveTierItem):
             "call", "measurement" + (" (EMULATOR, not GPU results)" if record.emulated else ""), "\n".join(lines)
         )
         judge_measurement(record)
+
+
+class CapacityItem(LiveTierItem):
+    """A capacity workload's ladder, after its rates' items: the highest rate that keeps the slo, and
+    whether it fell since the baseline (`sglperf.baselines.capacity`)."""
+
+    tier = "measure"
+
+    def __init__(self, *, workload_id: str, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.workload_id = workload_id
+
+    def runtest(self) -> None:
+        workload = next(w for w in self.deployment.workloads if w.id == self.workload_id)
+        report = self.live().capacity(self.deployment, self.variant(), workload)
+        self.add_report_section(
+            "call", "capacity" + (" (EMULATOR, not GPU results)" if report.emulated else ""), "\n".join(report.lines())
+        )
+        if report.missing:
+            rates = ", ".join(f"{r:g}" for r in report.missing)
+            raise _skip(f"{report.key}: not judged: {rates} req/s not measured in this run (deselected, or it failed)")
+        if report.comparison is not None and report.comparison.fell:
+            raise ItemFailure("\n  ".join([f"{report.key}:", *report.lines()]))
 
 
 def judge_measurement(record: MeasurementRecord) -> None:

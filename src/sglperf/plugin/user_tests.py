@@ -124,6 +124,12 @@ def sglang_measure(request: pytest.FixtureRequest, sglang_server: ServerHandle) 
     variant = deployment.variant(sglang_server.ref.variant)
 
     def measure(workload: Workload, concurrency: int | None = None) -> MeasurementRecord:
+        if workload.capacity is not None:
+            pytest.fail(
+                f"workload {workload.id} is a capacity search, run by its own items (pytest -k {workload.id}); "
+                "to measure one of its rates here, give the workload that rate instead of capacity",
+                False,
+            )
         if workload.rate is not None and concurrency is not None:
             pytest.fail(f"workload {workload.id} runs at its rate: set its max_concurrency, not concurrency=", False)
         load = workload.load_points()[0] if workload.rate is not None else LoadPoint(concurrency or 1)

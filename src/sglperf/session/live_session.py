@@ -24,6 +24,7 @@ from sglperf.model.server_facts import ServerFacts
 from sglperf.model.verdict import Verdict
 from sglperf.runtime import gpus, server, server_info
 from sglperf.runtime.attach import AttachedServer, AttachError, DeclaredGpus, attached_profile_problems, read_attached
+from sglperf.session.capacity_search import CapacityReport, CapacitySearch
 from sglperf.session.handles import ServerHandle, VariantRef
 from sglperf.session.measurement import Measurement
 from sglperf.session.preflight_session import PreflightSession, deployment_key
@@ -48,6 +49,7 @@ class LiveSession:
         self._allocator: gpus.GpuAllocator | None = None
         self.launches = 0  # servers this session started (attached ones are not)
         self._attached_to: tuple[str, str] | None = None
+        self.capacity_search = CapacitySearch()
 
     def _inventory(self, deployment: Deployment) -> gpus.Inventory:
         if self.options.emulator and not os.environ.get(gpus.SIMULATED_ENV):
@@ -323,12 +325,23 @@ class LiveSession:
         """Measure one workload at one load (an int: that concurrency); compare with (or record) the
         variant's baseline."""
         load = load if isinstance(load, LoadPoint) else LoadPoint(load)
+        search = (deployment.key, variant.id, workload.id)
+        stepping = workload.capacity is not None and load.rate is not None
+        if stepping and (why := self.capacity_search.why_not_measured(search, workload, load.rate or 0)):
+            raise LiveSkip(why)
         running = self.running(deployment, variant)
         wrong_args: list[Verdict] = []
         if self.options.update_baselines:
             checked = [*self.verdicts(deployment, variant), *running.check.verdicts]
             wrong_args = [v for v in checked if v.status.failed]
-        return Measurement(self.options, running, workload, load, self.progress, wrong_args).run()
+        record = Measurement(self.options, running, workload, load, self.progress, wrong_args).run()
+        if stepping and load.rate is not None:
+            self.capacity_search.add(search, load.rate, record)
+        return record
+
+    def capacity(self, deployment: Deployment, variant: Variant, workload: Workload) -> CapacityReport:
+        """A capacity workload's ladder as this session measured it, judged against the baseline's."""
+        return self.capacity_search.report((deployment.key, variant.id, workload.id), workload)
 
     def stop(self) -> None:
         running, self.current = self.current, None

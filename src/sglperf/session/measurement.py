@@ -24,7 +24,7 @@ import numpy as np
 from sglperf.baselines import regression, roofline, server_moves, store
 from sglperf.baselines.sequential import SequentialPlan
 from sglperf.judge import batch_evidence
-from sglperf.measure import meter
+from sglperf.measure import meter, synthetic
 from sglperf.measure.prompts import PromptSet, load_prompts
 from sglperf.measure.samples import WorkloadResult
 from sglperf.measure.server_scrape import MetricsWatch
@@ -105,7 +105,7 @@ class Measurement:
     ):
         self.options = options
         self.running = running
-        self.workload = workload
+        self.workload = workload.at(load)
         self.load = load
         self.concurrency = load.concurrency or 1  # the most in flight; open loop uncapped: set by run()
         self.progress = progress
@@ -143,7 +143,15 @@ class Measurement:
         return self._judge_and_write(prov, prompts, lookup, plan, why, result, guards, stop_reasons)
 
     def _prompts(self) -> PromptSet:
-        prompts = load_prompts(self.running.deployment.path.parent / self.workload.prompts)
+        running, workload = self.running, self.workload
+        if workload.synthetic is not None:
+            # In tokens of the tokenizer the server itself loaded, by the interpreter of its release.
+            facts = running.facts
+            tokenizer = synthetic.TokenizerSource.of_server(facts.effective, running.sglang_python, facts.version)
+            prompts = synthetic.prompt_set(workload.synthetic, tokenizer, say=self.progress)
+        else:
+            assert workload.prompts is not None  # a workload has one or the other (Workload._one_prompt_set)
+            prompts = load_prompts(running.deployment.path.parent / workload.prompts)
         if self.workload.max_prompts:
             prompts = replace(prompts, prompts=prompts.prompts[: self.workload.max_prompts])
         return prompts
@@ -183,10 +191,13 @@ class Measurement:
                 self.progress(f"{self.key}: stopping after {decision.rounds} rounds: {decision.reason}")
             return decision.stop
 
+        kind = f"synthetic prompts ({workload.synthetic.describe()})" if workload.synthetic else "prompts"
         if workload.rate is None:
-            sends = f"{len(prompts.prompts)} prompts"
+            sends = f"{len(prompts.prompts)} {kind}"
         else:
             sends = f"{meter.requests_per_round(workload, len(prompts.prompts))} requests at {workload.schedule()}"
+            if workload.synthetic:
+                sends += f" from {len(prompts.prompts)} {kind}"
         self.progress(
             f"{self.key}: measuring ({'up to ' if plan else ''}{workload.repeats} rounds of {sends}, "
             f"{workload.output_len} tokens each{', sequential' if plan else ''})"
