@@ -51,21 +51,14 @@ from sglperf.runtime.server import ServerSpec, launch
 from sglperf.testing.emulator.config import CONFIG_ENV
 
 if TYPE_CHECKING:  # mypy resolves the modules beside this script from the repository root
-    from bench import _docs_table
+    from bench import _docs_table, tail_verdicts
 else:  # `python bench/<script>.py` puts bench/ itself on the path
     import _docs_table
+    import tail_verdicts
 
-REPO = Path(__file__).resolve().parents[1]
-PROMPTS = REPO / "data" / "prompts" / "chat.jsonl"
-SPEC_ARGV = ("--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3", "--speculative-num-draft-tokens", "4")
+PROMPTS, SPEC_ARGV = tail_verdicts.PROMPTS, tail_verdicts.SPEC_ARGV
 # bench/tail_verdicts.py's unchanged server, and a regression that a capacity search should see.
-UNCHANGED: dict[str, Any] = {
-    "decode_step_s": 0.003,
-    "prefill_s_per_token": 0.0005,
-    "noise_cv": 0.02,
-    "step_s_per_running_request": 0.0005,
-    "prefill_slots": 3,
-}
+UNCHANGED: dict[str, Any] = tail_verdicts.UNCHANGED
 REGRESSION: dict[str, Any] = {"step_s_per_running_request": 0.001, "prefill_slots": 1}
 SESSIONS = {"A": {**UNCHANGED, "seed": 1}, "B": {**UNCHANGED, "seed": 2}, "R": {**UNCHANGED, **REGRESSION, "seed": 3}}
 
