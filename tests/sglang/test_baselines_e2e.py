@@ -59,7 +59,9 @@ def test_record_then_unchanged_slower_lower_acceptance_faster(suite: Suite) -> N
 
     suite().assert_outcomes(passed=1)  # unchanged
 
-    slower = suite(decode_slowdown=1 / 0.92)
+    # 15% slower: a round's acceptance draws move decode tok/s by up to +-8% (p10-p90 on the emulator
+    # with MTP), so an 8% slowdown was not always a decode_tok_s regression over 12 rounds.
+    slower = suite(decode_slowdown=1 / 0.85)
     slower.assert_outcomes(failed=1)
     # The failure line says which half of decode tok/s moved: verify steps/s (kernels) or acceptance.
     slower.stdout.fnmatch_lines(
