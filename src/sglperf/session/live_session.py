@@ -326,8 +326,8 @@ class LiveSession:
         variant's baseline."""
         load = load if isinstance(load, LoadPoint) else LoadPoint(load)
         search = (deployment.key, variant.id, workload.id)
-        stepping = workload.capacity is not None and load.rate is not None
-        if stepping and (why := self.capacity_search.why_not_measured(search, workload, load.rate or 0)):
+        step = load.rate if workload.capacity is not None else None  # a capacity search's rate
+        if step is not None and (why := self.capacity_search.why_not_measured(search, workload, step)):
             raise LiveSkip(why)
         running = self.running(deployment, variant)
         wrong_args: list[Verdict] = []
@@ -335,8 +335,8 @@ class LiveSession:
             checked = [*self.verdicts(deployment, variant), *running.check.verdicts]
             wrong_args = [v for v in checked if v.status.failed]
         record = Measurement(self.options, running, workload, load, self.progress, wrong_args).run()
-        if stepping and load.rate is not None:
-            self.capacity_search.add(search, load.rate, record)
+        if step is not None:
+            self.capacity_search.add(search, step, record)
         return record
 
     def capacity(self, deployment: Deployment, variant: Variant, workload: Workload) -> CapacityReport:
