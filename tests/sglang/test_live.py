@@ -286,11 +286,12 @@ LONG_WORKLOAD = MEASURE_WORKLOAD.replace("output_len = 64", "output_len = 6000")
 
 
 @pytest.mark.parametrize("when", ["mid-round", "busy-meter"])
-def test_ctrl_c_mid_measurement_ends_the_run_within_two_seconds(
+def test_ctrl_c_mid_measurement_stops_the_server_at_once(
     project: Project, sglang_python: SglangPython, when: str
 ) -> None:
     """Ctrl-C mid-round is honoured at once, also when the meter is busy (a server streaming tokens as
-    fast as it can): pytest exits, server stopped, within INTERRUPT_S of the signal."""
+    fast as it can): the server is stopped within SERVER_STOPPED_S of the signal, long before the round
+    would end, and pytest has exited within EXITED_S."""
     import os
     import signal
     import time
@@ -389,10 +390,11 @@ def test_ctrl_c_while_the_probe_imports_sglang_ends_it_at_once(
     assert took < 3.0, f"{took:.1f} s from Ctrl-C to exit:\n{out.decode(errors='replace')[-3000:]}"
 
 
-SERVER_STOPPED_S = 2.0  # measured 0.8 s on a 2-CPU box
-# pytest's own part: its interrupt report parses source, plugins import at session end; measured 3.0 s
-# in all on a 2-CPU box with this test's pytest beside it, 1.1-1.6 s alone.
-EXITED_S = 6.0
+# Measured 0.8 s on a 2-CPU Xeon, 1.0-1.7 s on a 2-CPU EPYC VM; the mid-round round had 15 s to go.
+SERVER_STOPPED_S = 3.0
+# pytest's own part after the stop: its interrupt report, then its unraisable-exception plugin collecting
+# garbage at unconfigure (py-spy: gc_collect_harder). 4.5-5.6 s in all on the EPYC VM alone, 6.1 s in CI.
+EXITED_S = 10.0
 
 
 def test_an_unusable_history_store_changes_nothing_but_one_line(

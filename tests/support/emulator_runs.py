@@ -10,11 +10,18 @@ from pathlib import Path
 
 import pytest
 
+from sglperf.history import results_folder
+
 from .project import NEW_SGLANG, SglangPython, make_project, with_workloads
 
 # Prefill long enough that TTFT (about 20 ms) dwarfs a busy box's jitter: the same 2.6-3 ms TTFT in
 # test_user_fixtures moved +11.7% between two unchanged runs in CI (threshold 5%).
 FAST = {"decode_step_s": 0.003, "prefill_s_per_token": 0.0005, "noise_cv": 0.02}
+
+# The VMs this suite runs on take CPU back while both of theirs are busy: in rounds at 100 req/s the
+# hypervisor stole 0.11-0.25 s of a 0.19-0.26 s round on one run and 4% on the next, and the unchanged
+# emulator's TTFT rose 22% with it. The meter's own host-load record says when that happened.
+BUSY_HOST_SHARE = 0.15
 
 
 @dataclass
@@ -25,6 +32,7 @@ class Suite:
     pytester: pytest.Pytester
     sglang_python: SglangPython
     runs: Iterator[int] = field(default_factory=itertools.count)
+    results: Path | None = None  # the last run's results folder
 
     @property
     def path(self) -> Path:
@@ -34,6 +42,7 @@ class Suite:
         self, *args: str, sglang: str = NEW_SGLANG, variant: str = "mtp3-prefill-graph", **emulator: object
     ) -> pytest.RunResult:
         config = json.dumps({**FAST, **emulator})
+        self.results = self.path / "results" / f"run{next(self.runs)}"
         return self.pytester.runpytest_subprocess(
             "-m",
             "measure",
@@ -43,13 +52,33 @@ class Suite:
             "--emulator",
             f"--emulator-config={config}",
             f"--baselines-dir={self.path / 'baselines'}",
-            f"--results-dir={self.path / 'results' / f'run{next(self.runs)}'}",
+            f"--results-dir={self.results}",
             "-p",
             "no:cacheprovider",
             "-rA",
             *args,
             timeout=300,
         )
+
+    def failed_on_a_busy_host(self) -> list[str]:
+        """The last run's failed items that the rest of the machine (other processes, the hypervisor's
+        steal) kept busy beyond BUSY_HOST_SHARE: their numbers measured the host, not the server."""
+        assert self.results is not None
+        return [
+            f"{m.key} (host {m.host.median_share:.0%})"
+            for m in results_folder.collect(self.results).measurements
+            if m.problems and m.host is not None and m.host.median_share > BUSY_HOST_SHARE
+        ]
+
+    def on_a_quiet_host(self, *args: str, attempts: int = 3, **emulator: object) -> pytest.RunResult:
+        """Run until no item fails on a busy host (`failed_on_a_busy_host`); a failure on a quiet host is
+        returned for the test to judge. Skips, naming the items, when the host never quietened."""
+        for _ in range(attempts):
+            result = self(*args, **emulator)
+            busy = self.failed_on_a_busy_host()
+            if not busy:
+                return result
+        pytest.skip(f"not judged: in {attempts} runs items failed while the host was busy: {'; '.join(busy)}")
 
     @classmethod
     def in_project(
