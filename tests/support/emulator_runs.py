@@ -70,11 +70,11 @@ class Suite:
             if m.problems and m.host is not None and m.host.median_share > BUSY_HOST_SHARE
         ]
 
-    def on_a_quiet_host(self, *args: str, attempts: int = 3, **emulator: object) -> pytest.RunResult:
+    def on_a_quiet_host(self, *args: str, attempts: int = 3) -> pytest.RunResult:
         """Run until no item fails on a busy host (`failed_on_a_busy_host`); a failure on a quiet host is
         returned for the test to judge. Skips, naming the items, when the host never quietened."""
         for _ in range(attempts):
-            result = self(*args, **emulator)
+            result = self(*args)
             busy = self.failed_on_a_busy_host()
             if not busy:
                 return result
