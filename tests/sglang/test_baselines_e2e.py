@@ -12,8 +12,9 @@ from sglperf.baselines import store
 from ..support.emulator_runs import Suite
 from ..support.project import NEW_SGLANG, OLD_SGLANG, SglangPython, with_workloads
 
-# Measures a server's speed: runs alone under pytest-xdist (tests/conftest.py).
-pytestmark = pytest.mark.quiet_host
+# The tests that judge a speed run alone under pytest-xdist (quiet_host, tests/conftest.py); the others
+# check refusals and identity, not numbers, and run beside other tests with the host-load guard off.
+UNGUARDED = "--max-host-load=1"
 
 pytest_plugins = ["pytester"]
 # A small workload with the default sample budget (12 rounds), so a run takes seconds.
@@ -38,6 +39,7 @@ def _baseline_file(root: Path, variant: str = "mtp3-prefill-graph") -> Path:
     return root / "baselines" / "emulator" / "2xA6000" / "qwen36" / f"{variant}.json"
 
 
+@pytest.mark.quiet_host
 def test_record_then_unchanged_slower_lower_acceptance_faster(suite: Suite) -> None:
     missing = suite()
     missing.assert_outcomes(failed=1)
@@ -109,7 +111,7 @@ def test_record_then_unchanged_slower_lower_acceptance_faster(suite: Suite) -> N
 
 def test_refresh_is_refused_when_effective_args_are_wrong(suite: Suite) -> None:
     # SGLang 0.5.13 disables the prefill graph for this variant: its numbers must not become the baseline.
-    result = suite("--update-baselines", sglang=OLD_SGLANG, variant="mtp3-defaults")
+    result = suite("--update-baselines", UNGUARDED, sglang=OLD_SGLANG, variant="mtp3-defaults")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
         ["*refusing to record a baseline for qwen36/mtp3-defaults: its effective args are wrong*prefill_cuda_graph*"]
@@ -118,29 +120,30 @@ def test_refresh_is_refused_when_effective_args_are_wrong(suite: Suite) -> None:
 
 
 def test_baseline_from_other_gpus_is_never_compared_silently(suite: Suite, monkeypatch: pytest.MonkeyPatch) -> None:
-    suite("--update-baselines").assert_outcomes(passed=1)
+    suite("--update-baselines", UNGUARDED).assert_outcomes(passed=1)
     monkeypatch.setenv("SGLPERF_SIMULATED_GPUS", "2xNVIDIA L40S:48")
-    failed = suite("--ignore-runner-mismatch")
+    failed = suite("--ignore-runner-mismatch", UNGUARDED)
     failed.assert_outcomes(failed=1)
     failed.stdout.fnmatch_lines(
         ["*is not comparable with this run: recorded on NVIDIA RTX A6000, this run has NVIDIA L40S*"]
     )
-    skipped = suite("--ignore-runner-mismatch", "--baseline-mismatch=skip")
+    skipped = suite("--ignore-runner-mismatch", "--baseline-mismatch=skip", UNGUARDED)
     skipped.assert_outcomes(skipped=1)
     # Skipped for the mismatch, not for any other reason (a GPU-less runner would skip too).
     skipped.stdout.fnmatch_lines(["SKIPPED*is not comparable with this run: recorded on NVIDIA RTX A6000*L40S*"])
 
 
 def test_missing_baseline_can_skip(suite: Suite) -> None:
-    skipped = suite("--baseline-missing=skip")
+    skipped = suite("--baseline-missing=skip", UNGUARDED)
     skipped.assert_outcomes(skipped=1)
     skipped.stdout.fnmatch_lines(["SKIPPED*no baseline for *; record it with: pytest -k * --update-baselines*"])
     # Rounds that ran eager fail without any baseline: the skip is named beside the failure.
-    eager = suite("--baseline-missing=skip", graph_replayed=False)
+    eager = suite("--baseline-missing=skip", UNGUARDED, graph_replayed=False)
     eager.assert_outcomes(failed=1)
     eager.stdout.fnmatch_lines(["*decode_cuda_graph expected on, but none of the *", "*and: no baseline for *"])
 
 
+@pytest.mark.quiet_host
 def test_runner_thresholds_cover_every_workload_and_a_workloads_own_win(suite: Suite) -> None:
     # A noisy runner's floors reach a workload that names none (as a user's own workload in examples/
     # names none); a workload's own thresholds still decide for it.

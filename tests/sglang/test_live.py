@@ -19,8 +19,9 @@ import pytest
 
 from ..support.project import NEW_SGLANG, QWEN36, SglangPython, make_project, with_workloads
 
-# Measures a server's speed: runs alone under pytest-xdist (tests/conftest.py).
-pytestmark = pytest.mark.quiet_host
+# Most of these tests run beside others under pytest-xdist: they check what a run says and leaves behind,
+# and those that measure rounds turn the host-load guard off (--max-host-load=1) or fail in the first
+# round. Those that time something or judge a slowdown are marked quiet_host: they run alone.
 
 pytest_plugins = ["pytester"]
 # qwen36 without mtp3-full's single-batch overlap request, which is inert (red) by design: here every
@@ -285,6 +286,7 @@ def test_measurement_faults_fail_clearly_and_leave_no_server(
 LONG_WORKLOAD = MEASURE_WORKLOAD.replace("output_len = 64", "output_len = 6000").replace("repeats = 6", "repeats = 12")
 
 
+@pytest.mark.quiet_host
 @pytest.mark.parametrize("when", ["mid-round", "busy-meter"])
 def test_ctrl_c_mid_measurement_stops_the_server_at_once(
     project: Project, sglang_python: SglangPython, when: str
@@ -341,6 +343,7 @@ def test_ctrl_c_mid_measurement_stops_the_server_at_once(
     assert "KeyboardInterrupt" in said and "measurements" not in said  # stopped, not finished
 
 
+@pytest.mark.quiet_host
 def test_ctrl_c_while_the_probe_imports_sglang_ends_it_at_once(
     project: Project, sglang_python: SglangPython, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -541,6 +544,7 @@ def test_without_nvml_a_measurement_runs_and_says_so_once(project: Project, tmp_
     assert series["sglang:num_requests_total"] == [2.0] * 6
 
 
+@pytest.mark.quiet_host
 def test_injected_retractions_are_named_in_the_regression_line(project: Project, tmp_path: Path) -> None:
     """A baseline without retractions; then the same server retracting most requests once (a stall
     of 40 decode steps each): decode tok/s fails, and its line says what the server saw."""

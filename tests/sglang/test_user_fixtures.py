@@ -22,8 +22,8 @@ from sglperf.runtime.server import free_port
 
 from ..support.project import NEW_SGLANG, ROOT, SglangPython, make_project, with_workloads
 
-# Measures a server's speed: runs alone under pytest-xdist (tests/conftest.py).
-pytestmark = pytest.mark.quiet_host
+# The tests that measure run alone under pytest-xdist (quiet_host, tests/conftest.py); collection and
+# the live checks of an attached server run beside other tests.
 
 pytest_plugins = ["pytester"]
 VARIANTS = ("mtp1", "mtp3-defaults", "mtp3-full", "mtp3-prefill-graph")
@@ -81,6 +81,7 @@ def _launches(results: Path) -> dict[str, int]:
     return counts
 
 
+@pytest.mark.quiet_host
 def test_examples_share_one_server_per_variant_and_record_then_compare(project: Project) -> None:
     recorded = project("r1", "--emulator", "-k", "qwen36", "--update-baselines")
     outcomes = recorded.parseoutcomes()
@@ -107,6 +108,7 @@ def test_ids_select_user_tests_with_the_built_in_items(project: Project) -> None
     assert any(ln.startswith("examples/") for ln in lines) and any(ln.startswith("deployments/") for ln in lines)
 
 
+@pytest.mark.quiet_host
 def test_xdist_loadscope_keeps_a_variants_user_tests_with_its_server(project: Project) -> None:
     result = project("r1", "--emulator", "-k", "qwen36 and not structured", "-n", "2", "--dist", "loadscope")
     assert result.parseoutcomes().get("passed", 0) > 0
