@@ -17,7 +17,7 @@ from typing import Any
 import psutil
 import pytest
 
-from ..support.project import NEW_SGLANG, QWEN36, SglangPython, make_project, with_workloads
+from ..support.project import NEW_SGLANG, QWEN36, SglangPython, make_project, shared_model, with_workloads
 
 # Most of these tests run beside others under pytest-xdist: they check what a run says and leaves behind,
 # and those that measure rounds turn the host-load guard off (--max-host-load=1) or fail in the first
@@ -26,7 +26,7 @@ from ..support.project import NEW_SGLANG, QWEN36, SglangPython, make_project, wi
 pytest_plugins = ["pytester"]
 # qwen36 without mtp3-full's single-batch overlap request, which is inert (red) by design: here every
 # item can pass. (variant, intent) pairs + one live-vs-preflight item per variant.
-PASSABLE = QWEN36.read_text().replace("single_batch_overlap = true, ", "")
+PASSABLE = shared_model(QWEN36.read_text().replace("single_batch_overlap = true, ", ""))
 ITEMS_PER_RUN = 17 + 4
 
 
@@ -70,10 +70,12 @@ def project(pytester: pytest.Pytester, sglang_python: SglangPython, monkeypatch:
 
 
 def _emulators_under(path: Path) -> list[int]:
+    """Emulator servers started by a run in ``path``: they work in the folder their pytest was started in
+    (the model folder on their command line is the repository's, shared by every test)."""
     found = []
-    for p in psutil.process_iter(["pid", "cmdline"]):
+    for p in psutil.process_iter(["pid", "cmdline", "cwd"]):
         cmd = " ".join(p.info["cmdline"] or [])
-        if "sglperf.testing.emulator" in cmd and str(path) in cmd:
+        if "sglperf.testing.emulator" in cmd and Path(p.info["cwd"] or "/").is_relative_to(path):
             found.append(p.pid)
     return found
 

@@ -173,7 +173,7 @@ def test_a_measurement_sends_the_synthetic_set_of_the_servers_tokenizer(
     monkeypatch.delenv("SGLPERF_SIMULATED_GPUS", raising=False)
     monkeypatch.setenv("SGLPERF_GPU_LOCK_DIR", str(pytester.path / "locks"))
     monkeypatch.setenv("SGLPERF_HOME", str(pytester.path / "home"))  # its own cache: generated here, once
-    make_project(pytester.path, with_workloads(SYNTHETIC_WORKLOAD))
+    make_project(pytester.path, with_workloads(SYNTHETIC_WORKLOAD, own_model_folder=True))  # gets a tokenizer
     model = pytester.path / "models" / "qwen3.6-27b"
     for file in Path(tiny.tokenizer.path).glob("*token*"):
         shutil.copy(file, model / file.name)

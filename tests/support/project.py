@@ -9,6 +9,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 QWEN36 = ROOT / "deployments" / "qwen36.toml"
 QWEN36_CONFIG = ROOT / "models" / "qwen3.6-27b" / "config.json"
+QWEN36_CONFIG_LINE = 'config = "../models/qwen3.6-27b/config.json"'
 # One release of each family the suite must handle: booleans (0.5.10-0.5.13), backend config (0.5.14+).
 OLD_SGLANG = "0.5.13"
 NEW_SGLANG = "0.5.23"
@@ -27,7 +28,19 @@ def make_project(root: Path, deployment_text: str | None = None) -> Path:
     return root
 
 
-def with_workloads(text: str) -> str:
-    """A deployment text with its [[workloads]] replaced (fast ones for emulator tests)."""
+def with_workloads(text: str, *, own_model_folder: bool = False) -> str:
+    """A deployment text with its [[workloads]] replaced (fast ones for emulator tests), naming the
+    repository's model folder (see `shared_model`) unless the test puts files in a folder of its own."""
     start = QWEN36.read_text().index("# Workloads for the measurement tier.")
-    return QWEN36.read_text()[:start] + text
+    deployment = QWEN36.read_text()[:start] + text
+    return deployment if own_model_folder else shared_model(deployment)
+
+
+def shared_model(deployment: str) -> str:
+    """The qwen36 deployment text naming the repository's config.json by its absolute path, not the copy
+    `make_project` puts beside it. Preflight keys its cache by --model-path (the config's folder): projects
+    that name one folder resolve their variants once per SGLang release, where a folder per test cost
+    every test a fresh probe (about 20 s of CPU on a 2-CPU runner)."""
+    if QWEN36_CONFIG_LINE not in deployment:
+        raise ValueError(f"not the qwen36 deployment's model table: {QWEN36_CONFIG_LINE!r} is missing")
+    return deployment.replace(QWEN36_CONFIG_LINE, f'config = "{QWEN36_CONFIG}"')
