@@ -4,6 +4,7 @@ whole plugin (launch, preflight-resolved args, measurement, report) match the em
 from __future__ import annotations
 
 import json
+import subprocess
 
 import numpy as np
 import pytest
@@ -50,13 +51,14 @@ def test_decode_items_match_the_emulator_truth(
 ) -> None:
     monkeypatch.delenv("SGLPERF_SIMULATED_GPUS", raising=False)
     monkeypatch.setenv("SGLPERF_GPU_LOCK_DIR", str(pytester.path / "locks"))
+    python = sglang_python(NEW_SGLANG)
     make_project(pytester.path, with_workloads(WORKLOAD))
     pytester.makeini("[pytest]\ntestpaths = deployments\n")
     results = pytester.path / "results"
     run = pytester.runpytest_subprocess(
         "-k",
         "qwen36 and decode",
-        f"--sglang-python={sglang_python(NEW_SGLANG)}",
+        f"--sglang-python={python}",
         "--emulator",
         f"--emulator-config={json.dumps(CONFIG)}",
         "--baseline-missing=skip",
@@ -105,3 +107,9 @@ def test_decode_items_match_the_emulator_truth(
             assert record["emulated"] and record["result"]["prompt_digest"]
     report = (results / "report.md").read_text()
     assert "test double" in report and "qwen36 / mtp3-full" in report
+    # Provenance reads torch's version file without importing torch: it must say what the import says.
+    imported = subprocess.run(
+        [python, "-c", "import torch; print(torch.__version__, torch.version.cuda or 'none')"],
+        capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    assert [record["provenance"]["torch_version"], record["provenance"]["cuda_version"]] == imported

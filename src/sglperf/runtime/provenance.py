@@ -27,11 +27,20 @@ def effective_digest(effective: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+# torch.version is torch/version.py, written when torch was built: run alone, it answers in 0.06 s, where
+# importing torch took 2-8 s on a 2-CPU runner in every pytest run that measures.
+_TORCH_VERSIONS_CODE = (
+    "import importlib.util, json, os, runpy; "
+    "spec = importlib.util.find_spec('torch'); "
+    "v = runpy.run_path(os.path.join(spec.submodule_search_locations[0], 'version.py')); "
+    "print(json.dumps([v['__version__'], v.get('cuda') or 'none']))"
+)
+
+
 @functools.lru_cache(maxsize=8)
 def _torch_versions(python: str) -> tuple[str, str]:
-    code = "import torch, json; print(json.dumps([torch.__version__, torch.version.cuda or 'none']))"
     try:
-        proc = run_bounded([python, "-c", code], 120)
+        proc = run_bounded([python, "-c", _TORCH_VERSIONS_CODE], 120)
         torch_version, cuda = json.loads(proc.stdout.strip().splitlines()[-1])
         return str(torch_version), str(cuda)
     except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
