@@ -1,12 +1,15 @@
 """The layout by cost holds: tests/conftest.py refuses a run in which a test that needs a real SGLang
 sits in tests/unit or tests/integration, or a pytest run or PostgreSQL in tests/unit; and
-`-m "not needs_sglang"` leaves tests/sglang out."""
+`-m "not needs_sglang"` leaves tests/sglang out; a user's run collects the deployments only."""
 
 from __future__ import annotations
 
 import itertools
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -68,6 +71,19 @@ def test_not_needs_sglang_is_the_unit_and_integration_folders(pytester: pytest.P
     )
     result = pytester.runpytest_subprocess("tests", "-m", "not needs_sglang", "-p", "no:cacheprovider", "-q")
     result.assert_outcomes(passed=2, deselected=2)
+
+
+def test_a_users_run_collects_the_deployments_not_this_suites_own_tests() -> None:
+    """`pytest -k qwen36 --update-baselines`, the baseline refresh, ran sglperf's own tests named after
+    qwen36 too (real preflight in three SGLang releases), and every run imported all of them."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    collected = subprocess.run(
+        [sys.executable, "-m", "pytest", "-k", "qwen36", "--collect-only", "-q", "-p", "no:cacheprovider"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    ids = [line for line in collected.stdout.splitlines() if "::" in line]
+    assert ids, collected.stdout + collected.stderr
+    assert [i for i in ids if not i.startswith("deployments/qwen36.toml::")] == [], collected.stdout
 
 
 # Each test writes when it ran; the quiet one must overlap none of the others.
