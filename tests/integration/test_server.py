@@ -107,7 +107,9 @@ def test_teardown_escalates_to_sigkill_for_a_process_ignoring_sigterm(tmp_path: 
     pids = s.pids()
     assert len(pids) == 2
     report = s.stop(grace_s=1.0)
-    assert set(report.killed) == set(pids) and report.survivors == ()
+    # A process with children is killed at once (SGLang's launcher: see Server.stop); its child, ignoring
+    # SIGTERM, needed SIGKILL after the grace period.
+    assert report.killed == tuple(p for p in pids if p != s.proc.pid) and report.survivors == ()
     assert not alive(pids)
 
 

@@ -385,7 +385,10 @@ def test_sglang_bench_serving_works_against_both(sides: Sides, tmp_path: Path) -
     from where this release keeps it: on 0.5.23 the new path, so no deprecation warning."""
     module = envs.bench_serving_module(sides.python)
     assert module == BENCH_SERVING_MODULES[0]
-    for url in (sides.real_url, sides.emulator_url):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    runs = {}
+    # Both sides at once: each run spends most of its 15-20 s importing SGLang, and nothing here is timed.
+    for side, url in (("real", sides.real_url), ("emulator", sides.emulator_url)):
         host, port = url.removeprefix("http://").split(":")
         cmd = [
             sides.python,
@@ -411,9 +414,17 @@ def test_sglang_bench_serving_works_against_both(sides: Sides, tmp_path: Path) -
             str(sides.models),
             "--disable-tqdm",
         ]
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-        # cwd: bench_serving writes its result file (sglang_<date>_<n>_<in>_<out>.jsonl) there
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
-        assert proc.returncode == 0, f"{url}: {proc.stdout[-1500:]}\n{proc.stderr[-1500:]}"
-        assert "Successful requests:                     4" in proc.stdout, proc.stdout[-1500:]
-        assert "`sglang.bench_serving` is deprecated" not in proc.stderr, proc.stderr[-1500:]
+        # cwd: bench_serving writes its result file (sglang_<date>_<n>_<in>_<out>.jsonl) there, one per side
+        (tmp_path / side).mkdir()
+        runs[url] = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path / side
+        )
+    try:
+        said = {url: proc.communicate(timeout=300) for url, proc in runs.items()}
+    finally:
+        for proc in runs.values():
+            proc.kill()
+    for url, (stdout, stderr) in said.items():
+        assert runs[url].returncode == 0, f"{url}: {stdout[-1500:]}\n{stderr[-1500:]}"
+        assert "Successful requests:                     4" in stdout, stdout[-1500:]
+        assert "`sglang.bench_serving` is deprecated" not in stderr, stderr[-1500:]
