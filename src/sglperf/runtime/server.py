@@ -3,8 +3,8 @@
 Where suites like this rot: servers that never become healthy, zombie workers holding GPU memory, a
 crash that hangs the run. So: every wait has a deadline and reports progress; a process that exits
 during startup fails at once with its log's tail; teardown kills the whole process tree (the
-launcher first, then SIGTERM, then SIGKILL) and is registered for interpreter exit, and the direct child is told by the kernel to
-die with its parent (PR_SET_PDEATHSIG) in case pytest itself is killed.
+launcher first, then SIGTERM, then SIGKILL) and is registered for interpreter exit, and the direct
+child is told by the kernel to die with its parent (PR_SET_PDEATHSIG) in case pytest itself is killed.
 """
 
 from __future__ import annotations
