@@ -75,3 +75,39 @@ def test_a_server_that_does_not_answer_costs_the_series_only(
     series, scraper = _one_round(url)
     assert series is None
     assert scraper.problem is not None and problem in scraper.problem and url in scraper.problem
+
+
+@pytest.mark.parametrize("turns", range(8))
+def test_a_round_ends_when_its_end_and_a_reading_coincide(turns: int) -> None:
+    """Python 3.11's asyncio.wait_for (in `read`) swallows a cancel that arrives just as its request is
+    answered; a sampler stopped by cancelling alone then read on, and the round never ended (a test hung
+    for ten minutes at `-n 3`). Here the round's work ends ``turns`` loop turns after the sampler's reading
+    is answered: some of them land in that window. In a thread, so that a hang fails the test."""
+    text = "# TYPE sglang:num_queue_reqs gauge\nsglang:num_queue_reqs 0\n"
+    ended: list[dict[str, float] | None] = []
+
+    async def run() -> None:
+        answered = asyncio.Event()
+        calls = 0
+
+        async def handler(request: httpx.Request) -> httpx.Response:
+            nonlocal calls
+            calls += 1
+            if calls == 2:  # the sampler's first reading; the first of all is the one before the work
+                answered.set()
+            return httpx.Response(200, text=text)
+
+        async def work() -> None:
+            await answered.wait()
+            for _ in range(turns):
+                await asyncio.sleep(0)
+
+        async with httpx.AsyncClient(base_url="http://sglang.test", transport=httpx.MockTransport(handler)) as http:
+            scraper = RoundScraper(http, MetricsWatch(frozenset(), interval_s=0.001), 5.0)
+            await scraper.around(work())
+            ended.append(scraper.take_round())
+
+    thread = threading.Thread(target=asyncio.run, args=(run(),), daemon=True)
+    thread.start()
+    thread.join(10)
+    assert ended and ended[0] is not None, f"the round did not end ({turns} turns after the last reading)"

@@ -60,8 +60,12 @@ class RoundScraper:
     async def around(self, work: Awaitable[T]) -> T:
         """Read before ``work``, every ``interval_s`` while it runs, and after it; ``work``'s result."""
 
+        done = False
+
         async def sample() -> None:
-            while True:
+            # Until told, not only until cancelled: Python 3.11's wait_for (in read) swallows a cancel that
+            # arrives as its request is answered, and a `while True` then read on and the round never ended.
+            while not done:
                 await asyncio.sleep(self.watch.interval_s)
                 await self.read()
 
@@ -70,6 +74,7 @@ class RoundScraper:
         try:
             result = await work
         finally:
+            done = True
             sampler.cancel()
             await asyncio.gather(sampler, return_exceptions=True)
         await self.read()
