@@ -15,8 +15,8 @@ fi
 stamp=.venv/.sglperf-installed
 wanted=$(sha256sum pyproject.toml | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; then
-  # uv installs the harness in about 5 s where pip took 48 s (2-CPU VM, both with warm caches): every CI
-  # run starts with a fresh .venv. uv reads no pip configuration, so pip, which does (a private index),
+  # uv installs the harness in about 9 s where pip took 38 s (bench/harness_install.py, 2-CPU VM): every
+  # CI run starts with a fresh .venv. uv reads no pip configuration, so pip, which does (a private index),
   # is the fallback. This machine's pip configuration names local package folders that may be absent;
   # pip warns about each on every call, which buries real errors.
   if ! { .venv/bin/python -m pip install -q --disable-pip-version-check uv 2> >(grep -v "^WARNING: Location" >&2) \

@@ -6,10 +6,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")  # no display on runners
-import matplotlib.pyplot as plt
 import numpy as np
 
 from sglperf.baselines.changepoint import Drift
@@ -18,6 +14,15 @@ from sglperf.model.files import confined
 from sglperf.model.measurement import MeasurementRecord
 from sglperf.model.metrics import unit_of
 from sglperf.reporting.history import Point, RunHistory
+
+
+def _agg() -> None:
+    """matplotlib without a display (runners have none). pyplot is imported where a figure is drawn:
+    at module level it cost every pytest start 0.4 s (the plugin imports this module), drawn or not."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+
 
 OUTCOME_COLOUR = {"regression": "#c0392b", "improvement": "#1e8449", "unchanged": "#555555", "insufficient": "#b9770e"}
 
@@ -31,6 +36,9 @@ def _strip(ax: Any, x: float, values: Sequence[float], colour: str, rng: np.rand
 
 
 def samples_figure(record: MeasurementRecord, path: Path) -> Path:
+    _agg()
+    import matplotlib.pyplot as plt
+
     metrics = sorted(record.samples)
     comparisons = {c.metric: c for c in record.comparisons}
     baseline = record.baseline_samples
@@ -58,6 +66,9 @@ def samples_figure(record: MeasurementRecord, path: Path) -> Path:
 
 def history_figure(key: str, points: Sequence[Point], path: Path, emulated: bool, drifts: Sequence[Drift] = ()) -> Path:
     """Each metric's median per night; a drift still going on is marked from the night it started."""
+    _agg()
+    import matplotlib.pyplot as plt
+
     metrics = sorted({m for _, medians in points for m in medians})
     drifting = {d.metric: d for d in drifts}
     fig, axes = plt.subplots(1, len(metrics), figsize=(3.4 * len(metrics), 3.4), squeeze=False)
