@@ -2,13 +2,13 @@
 
 The real SGLang 0.5.23 CPU server (tiny Qwen3, variant ``plain`` of ``deployments/tiny-cpu.toml``) is
 launched ``--starts`` times per setting, as the suite launches it, the settings taking turns:
-``as shipped``: the deployment and sglperf's teardown (the launcher killed first, then SIGTERM);
-``pool capped``: with ``--max-total-tokens 16384`` added, where SGLang otherwise sizes the KV pool from
-the memory free at start (about a million tokens here); ``SIGTERM to all``: stopped as sglperf did
-before 2026-12-03, every process of the tree at once. Per start: seconds to healthy (sglperf's own
-progress line), to stopped (its line, or the wait for every process), SGLang's own
-``kv_cache_allocation`` and ``scheduler_e2e`` from its "Engine startup timings" log line, and whether
-SGLang read the stop as a crash ("crashed with exit code" in its log). Prints a markdown table.
+``as shipped``: the deployment (its KV pool capped by ``--max-total-tokens``) and sglperf's teardown (the
+launcher killed first, then SIGTERM); ``pool from free memory``: the cap removed, so that SGLang sizes the
+pool from the memory free at start (about a million tokens here, which it allocates and zeroes);
+``SIGTERM to all``: stopped as sglperf did before 2026-12-03, every process of the tree at once. Per start:
+seconds to healthy (sglperf's own progress line), to stopped (its line, or the wait for every process),
+SGLang's own ``kv_cache_allocation`` and ``scheduler_e2e`` from its "Engine startup timings" log line, and
+whether SGLang read the stop as a crash ("crashed with exit code" in its log). Prints a markdown table.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import psutil
 from sglperf.model.deployment import Deployment
 from sglperf.runtime.server import Server
 from sglperf.session import LiveOptions, LiveSession, PreflightSession
+from sglperf.sglang.flags import KV_POOL_CAP_FLAG
 
 if TYPE_CHECKING:  # mypy resolves the modules beside this script from the repository root
     from bench import _docs_table, tiny_cpu
@@ -36,14 +37,8 @@ else:  # `python bench/<script>.py` puts bench/ itself on the path
     import _docs_table
     import tiny_cpu
 
-CAPPED_POOL = ["--max-total-tokens", "16384"]
 _SECONDS = re.compile(r"(healthy after|processes in) ([0-9.]+) s")
 _TIMING = re.compile(r"(kv_cache_allocation|scheduler_e2e)=([0-9.]+)")
-
-
-def _capped(deployment: Deployment) -> Deployment:
-    launch = deployment.launch.model_copy(update={"extra_flags": [*deployment.launch.extra_flags, *CAPPED_POOL]})
-    return deployment.model_copy(update={"launch": launch})
 
 
 def _start_and_stop(deployment: Deployment, python: str, results: Path, all_at_once: bool) -> dict[str, float]:
@@ -87,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     shipped = tiny_cpu.deployment()
     settings = {
         "as shipped": (shipped, False),
-        "pool capped": (_capped(shipped), False),
+        "pool from free memory": (shipped.without_launch_flag(KV_POOL_CAP_FLAG), False),
         "SIGTERM to all": (shipped, True),
     }
     rows: dict[str, list[dict[str, float]]] = {name: [] for name in settings}
@@ -101,13 +96,20 @@ def main(argv: list[str] | None = None) -> int:
     def median(values: list[dict[str, float]], key: str) -> str:
         return f"{statistics.median(v[key] for v in values):.1f} s"
 
+    def spread(values: list[dict[str, float]], key: str) -> str:
+        return f"{min(v[key] for v in values):.1f}-{max(v[key] for v in values):.1f} s"
+
     command = _docs_table.command(__file__, argv)
     print(f"`{command}` ({os.cpu_count()} CPUs; real SGLang {tiny_cpu.SGLANG_VERSION} CPU server, tiny Qwen3 plain)\n")
-    print("| setting | starts | to healthy (median) | kv_cache_allocation | scheduler_e2e | stop | read as a crash |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print(
+        "| setting | starts | to healthy (median) | to healthy (range) | kv_cache_allocation | scheduler_e2e "
+        "| stop | read as a crash |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for name, values in rows.items():
         print(
-            f"| {name} | {len(values)} | {median(values, 'start')} | {median(values, 'kv_cache_allocation')} "
+            f"| {name} | {len(values)} | {median(values, 'start')} | {spread(values, 'start')} "
+            f"| {median(values, 'kv_cache_allocation')} "
             f"| {median(values, 'scheduler_e2e')} | {median(values, 'stop')} "
             f"| {sum(int(v['crash']) for v in values)} of {len(values)} |"
         )

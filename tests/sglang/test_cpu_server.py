@@ -39,6 +39,7 @@ from sglperf.session.measurement import CPU_NOTE, baseline_path
 from sglperf.session.running import RunningVariant
 from sglperf.sglang import envs
 from sglperf.sglang.cpu_shim import AMX_NOTE
+from sglperf.sglang.flags import KV_POOL_CAP_FLAG
 from sglperf.sglang.server_api import KV_POOL_TOKENS_FIELD, LAUNCH_SPECIFIC_FIELDS
 from sglperf.testing.neighbours import foreign_spinners
 
@@ -322,16 +323,20 @@ def test_baseline_recorded_then_compared_as_cpu_numbers(plain: Plain) -> None:
 
 def test_a_second_start_has_the_same_effective_args_digest(plain: Plain, tmp_path: Path) -> None:
     """Otherwise every comparison says "effective server args changed since the baseline" for nothing
-    (0.5.23's /server_info carries start-up timings and a KV pool sized from free memory)."""
+    (0.5.23's /server_info carries start-up timings, and a KV pool that, left to SGLang, it sizes from the
+    memory free at start). The deployment caps the pool; the second start leaves it to SGLang."""
+    cap = plain.deployment.launch.extra_flags.index(KV_POOL_CAP_FLAG)
+    tokens = int(plain.deployment.launch.extra_flags[cap + 1])
+    sized_by_sglang = plain.deployment.without_launch_flag(KV_POOL_CAP_FLAG)
     second = LiveSession(LiveOptions(results_dir=tmp_path / "results", root=ROOT), plain.preflight, print)
     try:
-        first, again = plain.running.facts.effective, second.running(plain.deployment, plain.variant).facts.effective
+        first = plain.running.facts.effective
+        again = second.running(sized_by_sglang, sized_by_sglang.variant(plain.variant.id)).facts.effective
     finally:
         second.close()
     differing = sorted(k for k in {*first, *again} - LAUNCH_SPECIFIC_FIELDS if first.get(k) != again.get(k))
     assert effective_digest(first) == effective_digest(again), f"fields differing between two starts: {differing}"
-    # Sized from the memory free at start: this second server, started beside the first, gets less.
-    assert 0 < again[KV_POOL_TOKENS_FIELD] < first[KV_POOL_TOKENS_FIELD]
+    assert 0 < first[KV_POOL_TOKENS_FIELD] <= tokens < again[KV_POOL_TOKENS_FIELD]
 
 
 def test_real_retractions_are_counted_per_round_and_named(plain: Plain, tmp_path: Path) -> None:

@@ -142,3 +142,14 @@ def test_thresholds_for_a_workload_are_its_own_over_the_runners() -> None:
     assert tiny.thresholds_for(user) == {**floors, "ttft_s": 0.2, **inherited}
     assert all(tiny.thresholds_for(w) == {**floors, **inherited} for w in tiny.workloads)
     assert load(QWEN36).thresholds_for(user) == {"ttft_s": 0.2}
+
+
+def test_a_launch_flag_is_taken_out_with_its_value_and_the_rest_kept() -> None:
+    shipped = load(ROOT / "deployments" / "tiny-cpu.toml")
+    flags = shipped.launch.extra_flags
+    at = flags.index("--max-total-tokens")
+    without = shipped.without_launch_flag("--max-total-tokens")
+    assert without.launch.extra_flags == [*flags[:at], *flags[at + 2 :]]
+    assert shipped.launch.extra_flags == flags and without.variants == shipped.variants
+    with pytest.raises(KeyError, match=r"tiny-cpu\.toml: launch\.extra_flags has no --no-such-flag"):
+        shipped.without_launch_flag("--no-such-flag")

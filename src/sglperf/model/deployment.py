@@ -605,6 +605,16 @@ class Deployment(_Strict):
         launch = self.launch.model_copy(update={"env": {**self.launch.env, **env}})
         return self.model_copy(update={"launch": launch})
 
+    def without_launch_flag(self, flag: str) -> Deployment:
+        """The same deployment without ``flag`` and its value in ``launch.extra_flags`` (benches and tests
+        compare settings); KeyError if the deployment does not pass it."""
+        flags = list(self.launch.extra_flags)
+        if flag not in flags:
+            raise KeyError(f"{self.path}: launch.extra_flags has no {flag}")
+        at = flags.index(flag)
+        del flags[at : at + 2]
+        return self.model_copy(update={"launch": self.launch.model_copy(update={"extra_flags": flags})})
+
     def variant(self, variant_id: str) -> Variant:
         for v in self.variants:
             if v.id == variant_id:

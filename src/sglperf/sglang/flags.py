@@ -27,6 +27,7 @@ TP_FLAG = "--tp-size"
 LOAD_FORMAT_FLAG = "--load-format"  # "dummy": random weights, for runners without the checkpoint
 HOST_FLAG, PORT_FLAG, API_KEY_FLAG = "--host", "--port", "--api-key"
 SKIP_TOKENIZER_FLAG = "--skip-tokenizer-init"  # preflight has config.json only, no tokenizer files
+KV_POOL_CAP_FLAG = "--max-total-tokens"  # the KV pool in tokens; left out, SGLang sizes it from free memory
 # In a deployment's flags, the model folder being served (preflight: the folder of its config.json), for
 # files that live beside the checkpoint, e.g. an EAGLE3 draft: "{model_path}/eagle3-draft".
 MODEL_PATH_PLACEHOLDER = "{model_path}"
