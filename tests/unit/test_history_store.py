@@ -14,7 +14,7 @@ from sglperf import cli
 from sglperf.history import HistoryError, ingest, open_store
 from sglperf.history.compare import compare_runs, render
 from sglperf.history.records import StoredRun
-from sglperf.history.results_folder import ResultsError, RunStamp, collect
+from sglperf.history.results_folder import ResultsError, RunStamp, collect, read_stamp
 from sglperf.model.measurement import MeasurementRecord
 from sglperf.model.verdict import Status, Verdict
 
@@ -94,6 +94,20 @@ def _folder(
         for v in verdicts:
             fh.write(json.dumps({**v.to_record(), "run_id": stamp.run_id if stamp else None}) + "\n")
     return path
+
+
+@pytest.mark.parametrize("damage", ["not json", '{"run_id": "a/../b", "started_at": "2026-01-01"}'])
+def test_a_stamp_that_cannot_be_read_is_kept_beside_the_new_one(tmp_path: Path, damage: str) -> None:
+    (tmp_path / "run.json").write_text(damage)
+    run = RunStamp("run-2", "2026-01-02T00:00:00+00:00")
+    said = run.stamp(tmp_path)
+    kept = tmp_path / "run.json.unreadable-run-2"
+    assert kept.read_text() == damage  # never overwritten
+    assert said is not None and said.startswith(f"{tmp_path / 'run.json'}: ") and f"kept as {kept}" in said
+    assert read_stamp(tmp_path) == run
+    assert run.stamp(tmp_path) is None and sorted(p.name for p in tmp_path.iterdir()) == ["run.json", kept.name]
+    other = RunStamp("run-3", "2026-01-03T00:00:00+00:00")
+    assert other.stamp(tmp_path) is None and read_stamp(tmp_path) == other  # a readable one is replaced
 
 
 def test_a_reused_results_folder_reads_back_as_its_latest_run(tmp_path: Path) -> None:

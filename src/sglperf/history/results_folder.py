@@ -46,14 +46,25 @@ class RunStamp:
     def write(self, folder: Path) -> None:
         write_text_atomic(folder / RUN_FILE, strict_json({"run_id": self.run_id, "started_at": self.started_at}))
 
-    def stamp(self, folder: Path) -> None:
-        """Mark ``folder`` as this run's, unless it is already (each process writing results calls it)."""
+    def stamp(self, folder: Path) -> str | None:
+        """Mark ``folder`` as this run's, unless it is already (each process writing results calls it).
+
+        A stamp that cannot be read is not overwritten: it is renamed beside itself first, and what to
+        tell the user about it is returned (None otherwise)."""
+        said = None
         try:
             current = read_stamp(folder)
-        except ResultsError:
-            current = None  # a damaged stamp: this run's replaces it
+        except ResultsError as exc:
+            current = None
+            kept = folder / f"{RUN_FILE}.unreadable-{self.run_id}"
+            try:
+                (folder / RUN_FILE).rename(kept)
+                said = f"{exc}; kept as {kept}, and this run's stamp written in its place"
+            except FileNotFoundError:
+                pass  # another process of this run (an xdist worker) moved it first, and says so
         if current != self:
             self.write(folder)
+        return said
 
 
 def read_stamp(folder: Path) -> RunStamp | None:

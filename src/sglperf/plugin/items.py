@@ -265,7 +265,8 @@ def _append_verdict(config: pytest.Config, verdict: Verdict) -> None:
     worker = xdist_worker(config) or "main"
     record = verdict.to_record()
     if options.run is not None:
-        options.run.stamp(folder)
+        if said := options.run.stamp(folder):
+            config.stash[LIVE_KEY].progress(said)
         record[RUN_ID_FIELD] = options.run.run_id  # a reused folder reads back as its latest run
     with open(folder / f"verdicts-{worker}.jsonl", "a") as fh:
         fh.write(strict_json(record, sort_keys=True) + "\n")

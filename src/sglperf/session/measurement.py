@@ -338,10 +338,10 @@ class Measurement:
 
     def _write(self, record: MeasurementRecord, result: WorkloadResult) -> None:
         out = self.options.results_dir / "measurements" / f"{self.key}.json"
-        written = {**record.model_dump(mode="json"), "result": result.to_record()}
         try:
-            if self.options.run is not None:
-                self.options.run.stamp(self.options.results_dir)
+            if self.options.run is not None and (said := self.options.run.stamp(self.options.results_dir)):
+                record.notes.append(said)
+            written = {**record.model_dump(mode="json"), "result": result.to_record()}
             write_text_atomic(out, strict_json(written, indent=1, sort_keys=True, default=str))
         except OSError as exc:  # the numbers are still reported; the file is not half-written
             record.problems.append(f"{out}: cannot write the measurement record ({os_problem(exc)})")
