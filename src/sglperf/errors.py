@@ -32,6 +32,8 @@ base it had before the root existed, so ``except ValueError:`` and ``except OSEr
     │   └── GpuDisturbedError                                   a GPU kept throttling or serving another process
     ├── baselines.store.BaselineError (ValueError)              a baseline file that cannot be used
     │   └── BaselineMissing                                     no baseline file at all
+    ├── baselines.sequential.SequentialPlanError (ValueError)   no sequential plan for these settings
+    ├── baselines.roofline.RooflineError (ValueError)           no roofline: the weights read cannot be counted
     ├── history.sql_store.HistoryError (RuntimeError)           the run-history store cannot be used
     ├── history.results_folder.ResultsError (ValueError)        a results folder or export file unreadable
     ├── plugin.items.ItemFailure                                a failed verdict or measurement, explained

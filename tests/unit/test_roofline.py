@@ -11,6 +11,7 @@ import pytest
 from sglperf.baselines.roofline import (
     EMULATOR_NOTE,
     IMPOSSIBLE_ABOVE,
+    RooflineError,
     WeightBytes,
     decode_roofline,
     embedding_bytes_per_gpu,
@@ -95,7 +96,7 @@ def test_weight_bytes_from_config_json_without_preflight() -> None:
     assert one.source.startswith("config.json")
     assert 50e9 < one.bytes_per_gpu < 56e9  # ~27B bf16 parameters, minus the embedding
     assert two.bytes_per_gpu == pytest.approx(one.bytes_per_gpu / 2, rel=1e-6)
-    with pytest.raises(ValueError, match="tp"):
+    with pytest.raises(RooflineError, match="tp"):  # its own class: a measurement notes it, a bug stays a bug
         weight_bytes_per_step(None, config, 0)
 
 

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sglperf.baselines import stats
-from sglperf.baselines.sequential import SequentialPlan, calibrated_levels
+from sglperf.baselines.sequential import SequentialPlan, SequentialPlanError, calibrated_levels
 from sglperf.model.metrics import Direction, MetricOutcome
 
 pytestmark = pytest.mark.selftest
@@ -124,12 +124,15 @@ def test_calibrated_levels_hold_alpha_over_all_looks() -> None:
 
 
 def test_plan_validation() -> None:
-    with pytest.raises(ValueError, match="min_rounds"):
+    # Its own class, so that a measurement says "no sequential plan" for these and a bug stays a bug.
+    with pytest.raises(SequentialPlanError, match="min_rounds"):
         SequentialPlan(min_rounds=1)
-    with pytest.raises(ValueError, match="max_rounds"):
+    with pytest.raises(SequentialPlanError, match="max_rounds"):
         SequentialPlan(min_rounds=5, max_rounds=4)
-    with pytest.raises(ValueError, match="futility"):
+    with pytest.raises(SequentialPlanError, match="futility"):
         SequentialPlan(futility=0.7)
+    with pytest.raises(SequentialPlanError, match="no baseline rounds"):
+        SequentialPlan().nominal_alpha(0)
 
 
 def test_clear_cases_stop_early_and_unclear_ones_run_on() -> None:

@@ -43,11 +43,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sglperf.errors import SglperfError
 from sglperf.model.files import GIB
 from sglperf.model.hardware import Bandwidth
 from sglperf.model.measurement import Roofline
 from sglperf.model.resolution import ModelFacts
 from sglperf.sglang import modelsize
+
+
+class RooflineError(SglperfError, ValueError):
+    """No roofline for this measurement: the weights read per step or the inputs cannot be counted."""
+
 
 FORMULA = (
     "limit = memory bandwidth per GPU / weight bytes read per decode step per GPU x tokens per step "
@@ -95,7 +101,7 @@ def embedding_bytes_per_gpu(config: Mapping[str, Any], tp: int, dtype_bytes: int
 def weight_bytes_per_step(model: ModelFacts | None, config: Mapping[str, Any], tp: int) -> WeightBytes:
     """Bytes one GPU reads per decode step, from preflight's model class or else config.json."""
     if tp < 1:
-        raise ValueError(f"tp must be >= 1, got {tp}")
+        raise RooflineError(f"tp must be >= 1, got {tp}")
     try:
         size = modelsize.model_size(config)
         dtype_bytes = size.dtype_bytes
@@ -111,7 +117,7 @@ def weight_bytes_per_step(model: ModelFacts | None, config: Mapping[str, Any], t
             f"preflight: parameters SGLang's {model.architecture} holds on TP rank 0{_excluded(dropped)}",
         )
     if size is None:
-        raise ValueError(
+        raise RooflineError(
             "no model facts from preflight and config.json cannot be counted (see sglperf.sglang.modelsize)"
         )
     # The text weights leave the vision tower out already; only the embedding is subtracted here.
@@ -135,7 +141,7 @@ def decode_roofline(
 ) -> Roofline:
     """The limit and the measured fraction of it (``accept_length`` None: no speculative decoding)."""
     if weights.bytes_per_gpu <= 0:
-        raise ValueError(f"weight bytes per GPU must be positive, got {weights.bytes_per_gpu}")
+        raise RooflineError(f"weight bytes per GPU must be positive, got {weights.bytes_per_gpu}")
     tokens = accept_length if accept_length else 1.0
     tokens_source = (
         "measured acceptance length (median over rounds)" if accept_length else "1 (no speculative decoding)"

@@ -123,7 +123,13 @@ from functools import lru_cache
 import numpy as np
 
 from sglperf.baselines import stats
+from sglperf.errors import SglperfError
 from sglperf.model.metrics import METRICS, Direction, MetricOutcome
+
+
+class SequentialPlanError(SglperfError, ValueError):
+    """A sequential plan that cannot be made: its settings, or no per-look level holds its alpha."""
+
 
 DEFAULT_MIN_ROUNDS = 3
 DEFAULT_FUTILITY = 0.05  # per-look level of the "not regressed" (and improvement-side) tests
@@ -160,13 +166,13 @@ class SequentialPlan:
 
     def __post_init__(self) -> None:
         if self.min_rounds < 2:
-            raise ValueError(f"min_rounds must be >= 2, got {self.min_rounds}")
+            raise SequentialPlanError(f"min_rounds must be >= 2, got {self.min_rounds}")
         if self.max_rounds < self.min_rounds:
-            raise ValueError(f"max_rounds ({self.max_rounds}) must be >= min_rounds ({self.min_rounds})")
+            raise SequentialPlanError(f"max_rounds ({self.max_rounds}) must be >= min_rounds ({self.min_rounds})")
         if not 0.0 < self.alpha < 0.5:
-            raise ValueError(f"alpha must be in (0, 0.5), got {self.alpha!r}")
+            raise SequentialPlanError(f"alpha must be in (0, 0.5), got {self.alpha!r}")
         if not 0.0 < self.futility < 0.5:
-            raise ValueError(f"futility must be in (0, 0.5), got {self.futility!r}")
+            raise SequentialPlanError(f"futility must be in (0, 0.5), got {self.futility!r}")
 
     def nominal_alpha(self, n_baseline: int, rounds: int | None = None) -> float:
         """The level a look after ``rounds`` rounds is judged at (interim looks, or the last one), such
@@ -189,7 +195,7 @@ class SequentialPlan:
         """
         try:
             level, least = self.nominal_alpha(len(baseline), len(current)), self.min_rounds
-        except ValueError:
+        except SequentialPlanError:
             level, least = self.alpha, max(len(baseline), len(current)) + 1  # INSUFFICIENT, never a silent pass
         return stats.compare_samples(
             metric,
@@ -315,7 +321,7 @@ def calibrated_levels(n_baseline: int, min_rounds: int, max_rounds: int, alpha: 
     plan) and keeps two standard errors of margin.
     """
     if n_baseline < 1:
-        raise ValueError(f"no baseline rounds to calibrate against ({n_baseline})")
+        raise SequentialPlanError(f"no baseline rounds to calibrate against ({n_baseline})")
     looks = range(min_rounds, max_rounds + 1)
     cdfs = {n: _lower_cdf(n_baseline, n) for n in looks}
     rng = np.random.default_rng(CALIBRATION_SEED)
@@ -346,7 +352,7 @@ def calibrated_levels(n_baseline: int, min_rounds: int, max_rounds: int, alpha: 
     interim = largest(lambda a: float(np.mean(np.minimum(interim_p, final_p) <= a)), INTERIM_SHARE * alpha)
     final = largest(lambda a: float(np.mean((interim_p <= interim) | (final_p <= a))), alpha)
     if interim == 0.0 or final == 0.0:
-        raise ValueError(
+        raise SequentialPlanError(
             f"no per-look level holds alpha={alpha:g} over looks {min_rounds}..{max_rounds} against "
             f"{n_baseline} baseline rounds: raise min_rounds or the baseline's rounds"
         )

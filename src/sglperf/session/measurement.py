@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from sglperf.baselines import regression, roofline, server_moves, store
-from sglperf.baselines.sequential import SequentialPlan
+from sglperf.baselines.sequential import SequentialPlan, SequentialPlanError
 from sglperf.judge import batch_evidence
 from sglperf.measure import meter, synthetic
 from sglperf.measure.prompts import PromptSet, load_prompts
@@ -171,7 +171,7 @@ class Measurement:
         try:
             plan = SequentialPlan(min_rounds=first, max_rounds=workload.repeats)
             plan.nominal_alpha(max((len(v) for v in lookup.entry.samples.values()), default=0))
-        except ValueError as exc:
+        except SequentialPlanError as exc:
             return None, f"no sequential plan: {exc}"
         return plan, ""
 
@@ -441,7 +441,7 @@ class Measurement:
             )
             measured = float(np.median(samples["decode_tok_s"]))
             return roofline.decode_roofline(bandwidth, weights, measured, accept, runner.gpu_name), None
-        except ValueError as exc:
+        except roofline.RooflineError as exc:
             return None, str(exc)
 
     def _record_baseline(
