@@ -5,7 +5,9 @@ launched ``--starts`` times per setting, as the suite launches it, the settings 
 ``as shipped``: the deployment (its KV pool capped by ``--max-total-tokens``) and sglperf's teardown (the
 launcher killed first, then SIGTERM); ``pool from free memory``: the cap removed, so that SGLang sizes the
 pool from the memory free at start (about a million tokens here, which it allocates and zeroes);
-``SIGTERM to all``: stopped as sglperf did before 2026-12-03, every process of the tree at once. Per start:
+``SIGTERM to all``: stopped as sglperf did before 2026-12-03, every process of the tree at once; ``two at
+once``: two servers as shipped, started side by side (two processes), their row the later of the two
+(would the CPU tier gain by starting servers in parallel?). Per start:
 seconds to healthy (sglperf's own progress line), to stopped (its line, or the wait for every process),
 SGLang's own ``kv_cache_allocation`` and ``scheduler_e2e`` from its "Engine startup timings" log line, and
 whether SGLang read the stop as a crash ("crashed with exit code" in its log). Prints a markdown table.
@@ -14,6 +16,8 @@ whether SGLang read the stop as a crash ("crashed with exit code" in its log). P
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
+import multiprocessing
 import os
 import re
 import signal
@@ -37,6 +41,7 @@ else:  # `python bench/<script>.py` puts bench/ itself on the path
     import _docs_table
     import tiny_cpu
 
+TWO_AT_ONCE = "two at once (the later)"
 _SECONDS = re.compile(r"(healthy after|processes in) ([0-9.]+) s")
 _TIMING = re.compile(r"(kv_cache_allocation|scheduler_e2e)=([0-9.]+)")
 
@@ -73,6 +78,15 @@ def _start_and_stop(deployment: Deployment, python: str, results: Path, all_at_o
     }
 
 
+def _two_at_once(deployment: Deployment, python: str, results: Path) -> dict[str, float]:
+    """Both servers' starts and stops overlapping; each figure is the later of the two."""
+    with concurrent.futures.ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("fork")) as pool:
+        pair = list(
+            pool.map(_start_and_stop, [deployment] * 2, [python] * 2, [results / "a", results / "b"], [False] * 2)
+        )
+    return {key: max(side[key] for side in pair) for key in pair[0]}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--starts", type=int, default=3, help="starts per pool setting")
@@ -85,13 +99,15 @@ def main(argv: list[str] | None = None) -> int:
         "pool from free memory": (shipped.without_launch_flag(KV_POOL_CAP_FLAG), False),
         "SIGTERM to all": (shipped, True),
     }
-    rows: dict[str, list[dict[str, float]]] = {name: [] for name in settings}
+    rows: dict[str, list[dict[str, float]]] = {name: [] for name in [*settings, TWO_AT_ONCE]}
     with tempfile.TemporaryDirectory() as tmp:
-        for i in range(args.starts):  # alternating, so a slow spell of the VM hits both settings
+        for i in range(args.starts):  # alternating, so a slow spell of the VM hits every setting
             for name, (deployment, all_at_once) in settings.items():
                 results = Path(tmp) / f"{name.replace(' ', '-')}-{i}"
                 rows[name].append(_start_and_stop(deployment, python, results, all_at_once))
                 tiny_cpu.progress(f"{name}: {rows[name][-1]}")
+            rows[TWO_AT_ONCE].append(_two_at_once(shipped, python, Path(tmp) / f"two-at-once-{i}"))
+            tiny_cpu.progress(f"{TWO_AT_ONCE}: {rows[TWO_AT_ONCE][-1]}")
 
     def median(values: list[dict[str, float]], key: str) -> str:
         return f"{statistics.median(v[key] for v in values):.1f} s"
