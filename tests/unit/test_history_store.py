@@ -108,6 +108,10 @@ def test_a_stamp_that_cannot_be_read_is_kept_beside_the_new_one(tmp_path: Path, 
     assert run.stamp(tmp_path) is None and sorted(p.name for p in tmp_path.iterdir()) == ["run.json", kept.name]
     other = RunStamp("run-3", "2026-01-03T00:00:00+00:00")
     assert other.stamp(tmp_path) is None and read_stamp(tmp_path) == other  # a readable one is replaced
+    (tmp_path / "run.json").write_text("damaged again")
+    again = run.stamp(tmp_path)  # the same run id again (SGLPERF_RUN_ID): the first one kept is not replaced
+    assert again is not None and kept.read_text() == damage
+    assert (tmp_path / "run.json.unreadable-run-2-2").read_text() == "damaged again"
 
 
 def test_a_reused_results_folder_reads_back_as_its_latest_run(tmp_path: Path) -> None:

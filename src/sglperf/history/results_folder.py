@@ -8,6 +8,7 @@ as its latest run only; a folder from before run ids (no ``run.json``) reads bac
 from __future__ import annotations
 
 import datetime as _dt
+import itertools
 import json
 import re
 import uuid
@@ -57,6 +58,10 @@ class RunStamp:
         except ResultsError as exc:
             current = None
             kept = folder / f"{RUN_FILE}.unreadable-{self.run_id}"
+            for n in itertools.count(2):  # a run id set by the user (SGLPERF_RUN_ID) may come back
+                if not kept.exists():
+                    break
+                kept = folder / f"{RUN_FILE}.unreadable-{self.run_id}-{n}"
             try:
                 (folder / RUN_FILE).rename(kept)
                 said = f"{exc}; kept as {kept}, and this run's stamp written in its place"
