@@ -8,6 +8,7 @@ import pytest
 
 from sglperf.model.deployment import DeploymentError, Workload, discover, load
 from sglperf.model.intent_names import SPECULATIVE
+from sglperf.sglang.flags import KV_POOL_CAP_FLAG
 
 from ..support.project import QWEN36, ROOT
 
@@ -147,8 +148,8 @@ def test_thresholds_for_a_workload_are_its_own_over_the_runners() -> None:
 def test_a_launch_flag_is_taken_out_with_its_value_and_the_rest_kept() -> None:
     shipped = load(ROOT / "deployments" / "tiny-cpu.toml")
     flags = shipped.launch.extra_flags
-    at = flags.index("--max-total-tokens")
-    without = shipped.without_launch_flag("--max-total-tokens")
+    at = flags.index(KV_POOL_CAP_FLAG)
+    without = shipped.without_launch_flag(KV_POOL_CAP_FLAG)
     assert without.launch.extra_flags == [*flags[:at], *flags[at + 2 :]]
     assert shipped.launch.extra_flags == flags and without.variants == shipped.variants
     with pytest.raises(KeyError, match=r"tiny-cpu\.toml: launch\.extra_flags has no --no-such-flag"):
