@@ -11,21 +11,19 @@ import time
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
-from typing import get_args
+from typing import TYPE_CHECKING, get_args
 
-from sglperf import history, preflight, upgrade
-from sglperf.baselines import regression, store
 from sglperf.errors import SglperfError
-from sglperf.history import compare, ingest
-from sglperf.history.records import StoredRun
-from sglperf.history.results_folder import ResultsError
 from sglperf.model.deployment import CpuKernel, Deployment, discover
-from sglperf.model.files import os_problem, read_input
-from sglperf.reporting import markdown
-from sglperf.reporting.console import verdict_json, verdict_table
-from sglperf.runtime import server_ledger
 from sglperf.sglang import envs
-from sglperf.sglang.intents import ParserInfo
+
+# Each command imports what only it uses, in its own body: the history store, the statistics (numpy) and
+# the report took 0.3 s of the 0.7 s that `sglperf --help` and a warm preflight cost on the Xeon (1.7 s on
+# the AVX2 EPYC), for nothing (bench/preflight_time.py).
+if TYPE_CHECKING:
+    from sglperf import history, preflight
+    from sglperf.history.records import StoredRun
+    from sglperf.sglang.intents import ParserInfo
 
 DEFAULT_DEPLOYMENTS = "deployments"
 EXIT_CHECK_FAILED = 1
@@ -76,6 +74,8 @@ def _check_all(
     deployments: Sequence[Deployment], python: str, variants: Sequence[str] | None = None
 ) -> tuple[str, ParserInfo | None, list[preflight.VariantCheck]]:
     """Every deployment's variants resolved by the SGLang under ``python``: (version, parser, checks)."""
+    from sglperf import preflight
+
     checks: list[preflight.VariantCheck] = []
     version, parser = "", None
     for deployment in deployments:
@@ -91,6 +91,8 @@ def _check_all(
 
 
 def cmd_preflight(args: argparse.Namespace) -> int:
+    from sglperf.reporting.console import verdict_json, verdict_table
+
     started = time.perf_counter()
     deployments = _deployments(args.deployments or [DEFAULT_DEPLOYMENTS], args.variant)
     python = envs.choose_python(args.python, args.sglang, _say)
@@ -102,6 +104,8 @@ def cmd_preflight(args: argparse.Namespace) -> int:
 
 
 def cmd_upgrade_check(args: argparse.Namespace) -> int:
+    from sglperf import upgrade
+
     started = time.perf_counter()
     deployments = _deployments(args.deployments or [DEFAULT_DEPLOYMENTS])
     old_python = envs.choose_python(args.python, args.from_version, _say)
@@ -118,6 +122,8 @@ def cmd_upgrade_check(args: argparse.Namespace) -> int:
 
 
 def cmd_baseline(args: argparse.Namespace) -> int:
+    from sglperf.baselines import regression, store
+
     if args.action == "show":
         for path in map(Path, args.files):
             b = store.load(path)
@@ -152,6 +158,9 @@ def cmd_baseline(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from sglperf import history
+    from sglperf.reporting import markdown
+
     folder = Path(args.results_dir)
     if not folder.is_dir():
         raise UsageError(f"{folder}: no such results folder (give the --results-dir of a run)")
@@ -165,6 +174,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def _store(location: str | None) -> history.SqlHistoryStore:
+    from sglperf import history
+
     store = history.open_store(history.chosen(location))
     if store is None:
         raise UsageError(
@@ -175,6 +186,8 @@ def _store(location: str | None) -> history.SqlHistoryStore:
 
 def cmd_history(args: argparse.Namespace) -> int:
     """Import results folders or export lines into the store, export it, or list its runs."""
+    from sglperf.history.results_folder import ResultsError
+
     store = _store(args.history_store)
     try:
         if args.action == "import":
@@ -210,6 +223,10 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 
 def _runs_in(path: Path) -> list[StoredRun]:
+    from sglperf.history import ingest
+    from sglperf.history.results_folder import ResultsError
+    from sglperf.model.files import os_problem, read_input
+
     if path.is_dir():
         return [ingest.from_folder(path)]
     try:
@@ -225,6 +242,8 @@ def _runs_in(path: Path) -> list[StoredRun]:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     """Two runs (ids in the store, or results folders): every metric and intent that changed."""
+    from sglperf.history import compare, ingest
+
     store: history.SqlHistoryStore | None = None
     try:
         runs = []
@@ -269,6 +288,8 @@ def cmd_env(args: argparse.Namespace) -> int:
 def cmd_shm(args: argparse.Namespace) -> int:
     """The server ledger: what servers map in /dev/shm and the processes they started, and the sweep
     that every launch runs."""
+    from sglperf.runtime import server_ledger
+
     if args.action == "sweep":
         removed = server_ledger.sweep(_say)
         _say(f"{len(removed)} file(s) removed from {server_ledger.SHARED_MEMORY_DIR}")
@@ -293,6 +314,8 @@ def cmd_shm(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from sglperf.history.location import HISTORY_ENV
+
     parser = argparse.ArgumentParser(
         prog="sglperf", description=__doc__, epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -324,7 +347,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_baseline)
 
     store_help = (
-        f"run-history store: an SQLite file, a postgresql:// URL, or off (default: ${history.HISTORY_ENV}, else "
+        f"run-history store: an SQLite file, a postgresql:// URL, or off (default: ${HISTORY_ENV}, else "
         "~/.local/share/sglperf/history.sqlite)"
     )
     p = sub.add_parser("report", help="record a results folder in the history, then (re)build report.md and plots")

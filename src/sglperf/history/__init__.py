@@ -8,7 +8,24 @@ atomic per run; a store that cannot be used is a `HistoryError` with one line, a
 run's pass/fail: its results folder is complete, and `sglperf history import` adds it later.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from sglperf.history.location import HISTORY_ENV, chosen, open_store
-from sglperf.history.sql_store import HistoryError, SqlHistoryStore
+
+if TYPE_CHECKING:
+    from sglperf.history.sql_store import HistoryError, SqlHistoryStore
 
 __all__ = ["HISTORY_ENV", "HistoryError", "SqlHistoryStore", "chosen", "open_store"]
+
+
+def __getattr__(name: str) -> Any:
+    # The store's module (records, pydantic, numpy: 0.3 s) loads when a name of it is first used, not
+    # with `from sglperf.history import HISTORY_ENV`.
+    if name in ("HistoryError", "SqlHistoryStore"):
+        value = getattr(importlib.import_module("sglperf.history.sql_store"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'sglperf.history' has no attribute {name!r}")

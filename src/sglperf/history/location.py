@@ -9,13 +9,15 @@ A ``postgresql://`` URL selects PostgreSQL; ``off`` records nothing.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from sglperf.history.postgres_backend import URL_PATTERN, PostgresBackend
-from sglperf.history.sql_store import SqlHistoryStore
-from sglperf.history.sqlite_backend import SqliteBackend
+if TYPE_CHECKING:
+    from sglperf.history.sql_store import SqlHistoryStore
 
 HISTORY_ENV = "SGLPERF_HISTORY"
+POSTGRES_URL_PATTERN = re.compile(r"^postgres(ql)?://")
 OFF = "off"
 STORE_FILE = "history.sqlite"
 
@@ -33,8 +35,14 @@ def chosen(option: str | None = None) -> str:
 def open_store(location: str) -> SqlHistoryStore | None:
     """The store at ``location`` (migrated to this sglperf's schema); None when it is ``off``.
     Raises HistoryError with one line when it cannot be used."""
+    # The store and its records (pydantic, numpy) load here, not with this module: the CLI's parser and
+    # the pytest plugin name HISTORY_ENV on every start.
+    from sglperf.history.postgres_backend import PostgresBackend
+    from sglperf.history.sql_store import SqlHistoryStore
+    from sglperf.history.sqlite_backend import SqliteBackend
+
     if location == OFF:
         return None
-    if URL_PATTERN.match(location):
+    if POSTGRES_URL_PATTERN.match(location):
         return SqlHistoryStore(PostgresBackend(location))
     return SqlHistoryStore(SqliteBackend(Path(location).expanduser()))

@@ -14,7 +14,6 @@ from sglperf.history.sql_store import Connection, Cursor
 
 CONNECT_TIMEOUT_S = 10
 SCHEMA_LOCK = 0x5367_6C70  # the advisory lock's key: "Sglp"
-URL_PATTERN = re.compile(r"^postgres(ql)?://")
 
 
 def without_password(url: str) -> str:
