@@ -339,3 +339,44 @@ def test_each_kernel_has_its_own_cpu_environment(monkeypatch: pytest.MonkeyPatch
         python = str(_managed_python(tmp_path, name))
         assert envs.python_for_runner(python, RunnerProfile(name="c", device="cpu")) == python
     assert [e.version for e in envs.list_envs()] == []
+
+
+def test_uv_excludes_what_the_torch_environment_provides_for_the_gpu_only(tmp_path: Path) -> None:
+    # Not numpy or jinja2: a release that pins its own gets them in its own environment, as with pip.
+    for name in ("torch-2.14.1", "nvidia_cublas-13.4.1.3", "triton-3.6.0", "numpy-2.3.5", "jinja2-3.1.6"):
+        (tmp_path / f"{name}.dist-info").mkdir()
+    assert envs.torch_env_gpu_only(tmp_path) == ["nvidia_cublas", "torch", "triton"]
+
+
+def _record_installs(monkeypatch: pytest.MonkeyPatch, uv_fails: bool) -> list[list[str]]:
+    calls: list[list[str]] = []
+
+    def run(cmd: list[str], step: str, progress: progress.Progress) -> None:
+        calls.append(cmd)
+        if uv_fails and "(uv)" in step:
+            raise envs.EnvBuildError(f"{step} failed (exit 2):\nerror: no index could be reached")
+
+    monkeypatch.setattr(envs, "_run", run)
+    return calls
+
+
+@pytest.mark.parametrize("uv_fails", [False, True])
+def test_light_requirements_go_through_uv_with_excludes_and_pip_when_uv_fails(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, uv_fails: bool
+) -> None:
+    monkeypatch.setenv("SGLPERF_HOME", str(tmp_path))
+    env = envs.env_for("0.5.23")
+    env.path.mkdir(parents=True)
+    torch_site = tmp_path / "torch-site"
+    (torch_site / "torch-2.14.1.dist-info").mkdir(parents=True)
+    calls = _record_installs(monkeypatch, uv_fails)
+    said: list[str] = []
+    envs.install_light(env, ["transformers==5.19.0"], torch_site, "/bin/uv", said.append)
+    assert calls[0][:4] == ["/bin/uv", "pip", "install", "-q"]
+    assert calls[0][-1] == "transformers==5.19.0"
+    assert (env.path / "uv-excludes.txt").read_text() == "torch\n"
+    if uv_fails:
+        assert calls[1] == [str(env.python), "-m", "pip", "install", "-q", "transformers==5.19.0"]
+        assert said == ["  uv could not install them (error: no index could be reached); installing them with pip"]
+    else:
+        assert len(calls) == 1

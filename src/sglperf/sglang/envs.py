@@ -217,7 +217,7 @@ def ensure_env(version: str, progress: Progress = silent) -> SGLangEnv:
             # The wheel first: a release that does not exist fails before anything is created.
             wheel = _download_wheel(version, Path(tmp), progress)
             torch_site = ensure_torch_env(progress)
-            progress(f"building SGLang {version} environment in {env.path} (a few minutes the first time)")
+            progress(f"building SGLang {version} environment in {env.path} (about 20 s with uv, minutes with pip)")
             _remove_ours(env.path)
             try:
                 _build(env, wheel, torch_site, progress)
@@ -244,16 +244,49 @@ def _download_wheel(version: str, folder: Path, progress: Progress) -> Path:
     return wheels[0]
 
 
+def uv_executable() -> str | None:
+    """uv beside this interpreter (ci/setup.sh installs it into the harness's venv), else on PATH."""
+    beside = Path(sys.executable).parent / "uv"
+    return str(beside) if beside.is_file() else shutil.which("uv")
+
+
+def torch_env_gpu_only(torch_site: Path) -> list[str]:
+    """The GPU-only distributions the shared torch environment provides (torch, triton, nvidia-*, ...)."""
+    names = (path.name.split("-")[0] for path in torch_site.glob("*.dist-info"))
+    return sorted(name for name in set(names) if is_gpu_only(name))
+
+
+def install_light(
+    env: SGLangEnv, requirements: list[str], torch_site: Path, uv: str | None, progress: Progress
+) -> None:
+    """The release's light requirements, with uv where it runs (about 6 s where pip took 60-75 s per release,
+    bench/env_build.py), else pip.
+
+    pip sees the shared torch through the environment's .pth and leaves it be; uv reads only the
+    environment's own site-packages, so the torch environment's GPU-only distributions are excluded from
+    its resolution (else a requirement on torch would download a CUDA build of several GB). uv reads no
+    pip configuration either: where it fails (a private index in pip.conf, say) pip installs instead."""
+    if uv is not None:
+        excludes = env.path / "uv-excludes.txt"
+        excludes.write_text("".join(f"{name}\n" for name in torch_env_gpu_only(torch_site)))
+        uv_cmd = [uv, "pip", "install", "-q", "--python", str(env.python), "--excludes", str(excludes)]
+        try:
+            _run([*uv_cmd, *requirements], "install light requirements (uv)", progress)
+            return
+        except EnvBuildError as exc:
+            progress(f"  uv could not install them ({str(exc).splitlines()[-1]}); installing them with pip")
+    _run([str(env.python), "-m", "pip", "install", "-q", *requirements], "install light requirements", progress)
+
+
 def _build(env: SGLangEnv, wheel: Path, torch_site: Path, progress: Progress) -> None:
     _run([sys.executable, "-m", "venv", str(env.path)], "create venv", progress)
     (_site_packages(env.path) / "zz_sglperf_torch.pth").write_text(f"{torch_site}\n")
-    pip = [str(env.python), "-m", "pip"]
     with zipfile.ZipFile(wheel) as zf:
         meta_name = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
         requirements = light_requirements(zf.read(meta_name).decode())
-    _run([*pip, "install", "-q", "--no-deps", str(wheel)], "install sglang wheel", progress)
+    _run([str(env.python), "-m", "pip", "install", "-q", "--no-deps", str(wheel)], "install sglang wheel", progress)
     progress(f"  installing {len(requirements)} light requirements at SGLang {env.version}'s pins")
-    _run([*pip, "install", "-q", *requirements], "install light requirements", progress)
+    install_light(env, requirements, torch_site, uv_executable(), progress)
     (env.path / ".sglperf-ready").write_text(_recipe_digest(env.version) + "\n")
 
 
