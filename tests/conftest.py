@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import uuid
 from collections.abc import Generator, Iterator
@@ -34,6 +35,11 @@ NOT_IN_UNIT = ("pytester", "postgres")
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # A run started in the background by a shell without job control (`.ci/run &` in a script) inherits
+    # SIGINT ignored, and so does every pytest and server its tests start: the Ctrl-C tests then wait for
+    # nothing. A test process takes Python's own handler back, as a foreground run has it.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     # Pin the cache root now: pytester points HOME elsewhere, and the managed SGLang environments
     # (GBs, minutes to build) must be found where they are.
     os.environ.setdefault("SGLPERF_HOME", str(envs.home()))

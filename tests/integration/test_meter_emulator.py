@@ -50,6 +50,7 @@ from ..support.meter import (
     prompt_set,
     workload,
 )
+from ..support.quiet_host import judged_on_a_quiet_host
 
 APIS = ("native", "openai-chat", "openai-completions")
 
@@ -84,36 +85,38 @@ def run(url: str, api: str, concurrency: int, n: int, **kw: Any) -> WorkloadResu
 @pytest.mark.parametrize("api", APIS)
 @pytest.mark.parametrize("chunking", ["plain", "mtp", "interval"])
 def test_recovers_decode_rate_and_ttft(servers: dict[str, str], chunking: str, api: str, concurrency: int) -> None:
-    result = run(servers[chunking], api, concurrency, n=4 if concurrency == 1 else 8)
-    samples = result.samples
-    assert len(samples) == (4 if concurrency == 1 else 8) and result.concurrency == concurrency
-    errors: list[float] = []
-    excess: list[float] = []
-    for s in samples:
-        assert s.completion_tokens == OUTPUT_LEN == sum(c.tokens for c in s.chunks)
-        assert s.decode_tok_s is not None and s.ttft_s is not None
-        # Each chunk after the first is a whole number of steps of exactly STEP_S (noise_cv=0); with
-        # MTP, one verify step each, as the native API counts them itself.
-        steps = len(s.chunks) - 1 if chunking == "mtp" else OUTPUT_LEN - 1
-        if chunking == "mtp" and api == "native":
-            assert s.spec_verify_ct == steps
-        truth = (OUTPUT_LEN - 1) / (steps * STEP_S)
-        errors.append(abs(s.decode_tok_s / truth - 1))
-        assert s.itl_s == pytest.approx(1 / s.decode_tok_s)
-        prompt = next(p for p in prompt_set(8).prompts if p.id == s.prompt_id)
-        ttft_truth = PREFILL_S_PER_TOKEN * prompt_tokens_of_text(prompt.text) + STEP_S
-        assert s.ttft_s >= ttft_truth - 0.001
-        excess.append(s.ttft_s - ttft_truth)
-    sizes = {c.tokens for s in samples for c in s.chunks[1:-1]}
-    if chunking == "mtp":
-        assert max(sizes) > 1
-    else:
-        assert sizes == {1 if chunking == "plain" else 4}
-    assert statistics.median(errors) <= 0.02 and max(errors) <= 0.10, errors
-    median_bound, max_bound = (0.005, 0.020) if concurrency == 1 else (0.030, 0.080)
-    assert statistics.median(excess) <= median_bound and max(excess) <= max_bound, excess
-    assert result.summary["decode_tok_s"].n == len(samples)
-    json.dumps(result.to_record())
+    # A neighbour that takes the CPU meanwhile stretches the emulator's steps: then nothing is judged.
+    with judged_on_a_quiet_host():
+        result = run(servers[chunking], api, concurrency, n=4 if concurrency == 1 else 8)
+        samples = result.samples
+        assert len(samples) == (4 if concurrency == 1 else 8) and result.concurrency == concurrency
+        errors: list[float] = []
+        excess: list[float] = []
+        for s in samples:
+            assert s.completion_tokens == OUTPUT_LEN == sum(c.tokens for c in s.chunks)
+            assert s.decode_tok_s is not None and s.ttft_s is not None
+            # Each chunk after the first is a whole number of steps of exactly STEP_S (noise_cv=0); with
+            # MTP, one verify step each, as the native API counts them itself.
+            steps = len(s.chunks) - 1 if chunking == "mtp" else OUTPUT_LEN - 1
+            if chunking == "mtp" and api == "native":
+                assert s.spec_verify_ct == steps
+            truth = (OUTPUT_LEN - 1) / (steps * STEP_S)
+            errors.append(abs(s.decode_tok_s / truth - 1))
+            assert s.itl_s == pytest.approx(1 / s.decode_tok_s)
+            prompt = next(p for p in prompt_set(8).prompts if p.id == s.prompt_id)
+            ttft_truth = PREFILL_S_PER_TOKEN * prompt_tokens_of_text(prompt.text) + STEP_S
+            assert s.ttft_s >= ttft_truth - 0.001
+            excess.append(s.ttft_s - ttft_truth)
+        sizes = {c.tokens for s in samples for c in s.chunks[1:-1]}
+        if chunking == "mtp":
+            assert max(sizes) > 1
+        else:
+            assert sizes == {1 if chunking == "plain" else 4}
+        assert statistics.median(errors) <= 0.02 and max(errors) <= 0.10, errors
+        median_bound, max_bound = (0.005, 0.020) if concurrency == 1 else (0.030, 0.080)
+        assert statistics.median(excess) <= median_bound and max(excess) <= max_bound, excess
+        assert result.summary["decode_tok_s"].n == len(samples)
+        json.dumps(result.to_record())
 
 
 def test_acceptance_matches_the_emulator_truth(emulators: Emulators) -> None:

@@ -103,7 +103,8 @@ def test_record_then_unchanged_slower_lower_acceptance_faster(suite: Suite) -> N
     )
     assert store.load(path) == stored
 
-    faster = suite(decode_slowdown=0.92)
+    # 15% faster, as the slower case: 8% faster was once "within noise" (CI of the shift [0.999, 1.171]).
+    faster = suite(decode_slowdown=0.85)
     faster.assert_outcomes(passed=1)
     faster.stdout.fnmatch_lines(["*improved: *decode_tok_s*refresh with --update-baselines*"])
     assert store.load(path) == stored  # comparisons never write

@@ -13,7 +13,7 @@ import pytest
 from ..support.project import NEW_SGLANG, ROOT, SglangPython, make_project, with_workloads
 from .test_live import MEASURE_WORKLOAD
 
-# Measures a server's speed: runs alone under pytest-xdist (tests/conftest.py).
+# Judges a 15% slowdown: runs alone under pytest-xdist (tests/conftest.py).
 pytestmark = pytest.mark.quiet_host
 
 DOC = ROOT / "docs" / "history.md"
@@ -62,6 +62,9 @@ def test_the_documented_example_runs_and_prints_what_the_doc_shows(
                     f"--sglang-python={python}",
                     "-p",
                     "no:cacheprovider",
+                    # The test checks what the runs say, not a speed: a neighbour on a shared runner must not
+                    # turn a night into "host stayed busy" (the doc's slowdown is 15%, its floor 3%).
+                    "--max-host-load=1",
                     *argv[1:],
                 ]
             else:

@@ -18,6 +18,7 @@ import psutil
 import pytest
 
 from ..support.project import NEW_SGLANG, QWEN36, SglangPython, make_project, shared_model, with_workloads
+from ..support.quiet_host import QUIET_WAIT, skip_if_the_host_stayed_busy
 
 # Most of these tests run beside others under pytest-xdist: they check what a run says and leaves behind,
 # and those that measure rounds turn the host-load guard off (--max-host-load=1) or fail in the first
@@ -51,10 +52,12 @@ class Project:
             f"--sglang-python={self.python}",
             f"--results-dir={self.path / 'results'}",
             "-rA",
+            QUIET_WAIT,
             *args,
         )
         result = self.pytester.runpytest_subprocess(*argv, timeout=300)
         assert not _emulators_under(self.path), "a server outlived the run"
+        skip_if_the_host_stayed_busy(result)
         return result
 
 

@@ -10,8 +10,9 @@ import pytest
 
 from ..support.project import NEW_SGLANG, ROOT, SglangPython
 
-# Measures a server's speed: runs alone under pytest-xdist (tests/conftest.py).
-pytestmark = pytest.mark.quiet_host
+# Measures a server's speed: runs alone under pytest-xdist (tests/conftest.py). Long (ci/selftest-long.sh):
+# .ci/run runs ci/nightly.sh four times in test_history_nightly.
+pytestmark = [pytest.mark.quiet_host, pytest.mark.long]
 
 
 def test_nightly_runs_locally_against_the_emulator(tmp_path: Path, sglang_python: SglangPython) -> None:

@@ -13,8 +13,11 @@ from sglperf.baselines import store
 from ..support.emulator_runs import Suite
 from ..support.project import SglangPython
 
-# Measures a server's speed: runs alone under pytest-xdist (tests/conftest.py).
-pytestmark = pytest.mark.quiet_host
+# Measures a server's speed: runs alone under pytest-xdist (tests/conftest.py). Long (ci/selftest-long.sh:
+# 1.5-2.5 minutes alone on the host): .ci/run keeps an open-loop workload on the real CPU server
+# (tiny-cpu-native's chat-at-rate), the emulator's open loop (test_open_loop) and the capacity search's logic
+# (test_capacity).
+pytestmark = [pytest.mark.quiet_host, pytest.mark.long]
 
 pytest_plugins = ["pytester"]
 

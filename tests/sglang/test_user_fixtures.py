@@ -21,6 +21,7 @@ import pytest
 from sglperf.runtime.server import free_port
 
 from ..support.project import NEW_SGLANG, ROOT, SglangPython, make_project, with_workloads
+from ..support.quiet_host import QUIET_WAIT, skip_if_the_host_stayed_busy
 
 # The tests that measure run alone under pytest-xdist (quiet_host, tests/conftest.py); collection and
 # the live checks of an attached server run beside other tests.
@@ -44,7 +45,7 @@ class Project:
         return self.pytester.path
 
     def __call__(self, results: str, *args: str) -> pytest.RunResult:
-        return self.pytester.runpytest_subprocess(
+        result = self.pytester.runpytest_subprocess(
             f"--sglang-python={self.python}",
             f"--results-dir={self.path / results}",
             f"--baselines-dir={self.path / 'baselines'}",
@@ -52,9 +53,12 @@ class Project:
             "-p",
             "no:cacheprovider",
             "-rA",
+            QUIET_WAIT,
             *args,
             timeout=600,
         )
+        skip_if_the_host_stayed_busy(result)
+        return result
 
 
 @pytest.fixture

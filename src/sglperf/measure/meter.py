@@ -74,7 +74,7 @@ from sglperf.measure.stream import RequestContext, parse_native, parse_openai, s
 from sglperf.measure.transport import Ending, Exchange, Origin, TransportError, decode_response, post_streamed
 from sglperf.model.deployment import Workload
 from sglperf.model.gpu_telemetry import GpuLimits, GpuRound
-from sglperf.model.host_load import HostLoad
+from sglperf.model.host_load import HOST_STAYED_BUSY, HostLoad
 from sglperf.model.metrics import METRIC_NAMES, METRICS
 from sglperf.model.server_facts import ServerFacts
 from sglperf.sglang.server_api import FLUSH_CACHE_PATH, GENERATE_PATHS, NOT_ARGS, SERVER_INFO_PATHS
@@ -582,7 +582,7 @@ def _disturbed_error(
 def _host_busy(base_url: str, workload: Workload, host: HostGuard, dropped: Sequence[RoundStats]) -> str:
     shares = sorted(s.host.share for s in dropped if s.host is not None)
     return (
-        f"{base_url} {workload.id}: the host stayed busy: {len(dropped)} rounds dropped because other processes "
+        f"{base_url} {workload.id}: {HOST_STAYED_BUSY}: {len(dropped)} rounds dropped because other processes "
         f"and the hypervisor took more than {host.limit:.0%} of this machine's CPU (median "
         f"{shares[len(shares) // 2]:.0%}; busiest other processes: {host.probe.busiest_others()}); its numbers "
         "would measure them, not SGLang: run on a quiet host, or raise --max-host-load"

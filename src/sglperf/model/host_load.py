@@ -21,6 +21,8 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+# How a measurement refused for a busy host reads (sglperf.measure.meter): tests look for it.
+HOST_STAYED_BUSY = "the host stayed busy"
 DEFAULT_MAX_HOST_LOAD = 0.10  # of the machine's CPU capacity: one busy core of a 2-core runner is 50%
 
 
