@@ -3,8 +3,9 @@
 # releases (0.5.13: boolean flags; 0.5.19: the last that deprecates them; 0.5.23: backend config).
 # The shipped deployments are checked through tests/ (their expected verdicts, the inert one
 # included), not collected directly: qwen36's mtp3-full is red on purpose.
-# Usage: ci/selftest.sh [extra pytest args...]   (-n 0: one test at a time)      (fast tier: ci/selftest.sh -m "not needs_sglang",
-# which is tests/unit and tests/integration; tests/sglang needs the SGLang environments)
+# Tests marked `long` are left out: ci/selftest-long.sh runs them (docs/ci.md lists them, and what this run
+# keeps of each path). A -m of your own replaces that selection.
+# Usage: ci/selftest.sh [extra pytest args...]   (-n 0: one test at a time; fast tier: .venv/bin/pytest tests/unit)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash ci/setup.sh 0.5.23 0.5.13 0.5.19
@@ -15,4 +16,4 @@ bash ci/setup.sh 0.5.23 0.5.13 0.5.19
 NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet --site-dir "$(mktemp -d)"
 # Two workers: most tests wait on processes, not the CPU; those that measure a server's speed are
 # marked quiet_host and run alone (tests/support/quiet_host.py).
-exec .venv/bin/pytest tests --sglang-version=0.5.23 -p no:cacheprovider -n 2 "$@"
+exec .venv/bin/pytest tests --sglang-version=0.5.23 -p no:cacheprovider -n 2 -m "not long" "$@"

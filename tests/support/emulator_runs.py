@@ -13,15 +13,11 @@ import pytest
 from sglperf.history import results_folder
 
 from .project import NEW_SGLANG, SglangPython, make_project, with_workloads
+from .quiet_host import BUSY_HOST_SHARE, QUIET_WAIT, skip_if_the_host_stayed_busy
 
 # Prefill long enough that TTFT (about 20 ms) dwarfs a busy box's jitter: the same 2.6-3 ms TTFT in
 # test_user_fixtures moved +11.7% between two unchanged runs in CI (threshold 5%).
 FAST = {"decode_step_s": 0.003, "prefill_s_per_token": 0.0005, "noise_cv": 0.02}
-
-# The VMs this suite runs on take CPU back while both of theirs are busy: in rounds at 100 req/s the
-# hypervisor stole 0.11-0.25 s of a 0.19-0.26 s round on one run and 4% on the next, and the unchanged
-# emulator's TTFT rose 22% with it. The meter's own host-load record says when that happened.
-BUSY_HOST_SHARE = 0.15
 
 
 @dataclass
@@ -43,7 +39,7 @@ class Suite:
     ) -> pytest.RunResult:
         config = json.dumps({**FAST, **emulator})
         self.results = self.path / "results" / f"run{next(self.runs)}"
-        return self.pytester.runpytest_subprocess(
+        result = self.pytester.runpytest_subprocess(
             "-m",
             "measure",
             "-k",
@@ -56,9 +52,12 @@ class Suite:
             "-p",
             "no:cacheprovider",
             "-rA",
+            QUIET_WAIT,
             *args,
             timeout=300,
         )
+        skip_if_the_host_stayed_busy(result)
+        return result
 
     def failed_on_a_busy_host(self) -> list[str]:
         """The last run's failed items that the rest of the machine (other processes, the hypervisor's

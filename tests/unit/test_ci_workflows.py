@@ -14,8 +14,8 @@ from ..support.project import ROOT
 WORKFLOWS = sorted((ROOT / "ci" / "workflows").glob("*.yml"))
 
 
-def test_there_are_the_three_workflows() -> None:
-    assert {p.stem for p in WORKFLOWS} == {"nightly", "upgrade", "refresh-baselines"}
+def test_there_are_the_three_workflows_for_gpu_runners_and_the_long_selftest() -> None:
+    assert {p.stem for p in WORKFLOWS} == {"nightly", "upgrade", "refresh-baselines", "selftest-long"}
 
 
 @pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.stem)
@@ -24,7 +24,8 @@ def test_workflow_parses_and_calls_existing_scripts(path: Path) -> None:
     triggers = doc.get("on", doc.get(True))  # YAML 1.1 reads a bare `on` as True
     assert "workflow_dispatch" in triggers
     for name, job in doc["jobs"].items():
-        assert "vars.SGLPERF_RUNNER_LABELS" in job["runs-on"], f"{path.name}:{name}: runner labels must be configurable"
+        labels = "vars.SGLPERF_SELFTEST_RUNNER_LABELS" if path.stem == "selftest-long" else "vars.SGLPERF_RUNNER_LABELS"
+        assert labels in job["runs-on"], f"{path.name}:{name}: runner labels must be configurable"
         runs = [step["run"] for step in job["steps"] if "run" in step]
         assert runs, f"{path.name}:{name} runs nothing"
         scripts = [m for run in runs for m in re.findall(r"bash (ci/[\w.-]+\.sh)", run)]
