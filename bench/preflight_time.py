@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
             cold.append(_time(cmd, env))
             warm.append(_time(cmd, env))
             help_.append(_time([sglperf, "--help"], env))
-    print(f"`{' '.join(['sglperf', *cmd[1:]])}`, {args.runs} runs, {os.cpu_count()} cores")
+    print(f"`{' '.join(['sglperf', *cmd[1:]])}`, {args.runs} runs, {os.cpu_count()} cores\n")
     print("| cache | median s | min s | max s |\n|---|---:|---:|---:|")
     rows = (
         ("cold (SGLang imported, all variants resolved)", cold),
