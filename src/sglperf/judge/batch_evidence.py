@@ -6,8 +6,11 @@ says whether it ran the graph (`sglperf.sglang.batch_log`), so per measured roun
 
 * an intent expected on whose logged batches of that kind never ran the graph fails, quoting one;
 * an intent expected off whose batches ran it fails the same way (the expectation is wrong);
-* a share between none and all is a note with an eager line quoted: batches larger than the captured
-  sizes run eager by design, so only "never" is a failure;
+* with the decode graph's captured sizes known (the server's ``decode_cuda_graph_bs``), eager decode
+  lines are judged by the batch they ran: eager at a batch the graph was captured for fails (captured,
+  not replayed), and eager above the largest captured batch fails too, confirming preflight's coverage
+  failure with SGLang's own line (the workload decodes eager there, whatever the args say);
+* otherwise a share between none and all is a note with an eager line quoted;
 * no lines, or no graph field in them, is a note: nothing proven, and never reported as a pass;
 * all or none, as expected, says nothing beyond the counts in the record and the report.
 """
@@ -35,6 +38,8 @@ def collect(log: str, windows: Mapping[int, str], interval: int | None) -> Batch
     """The batches logged in each measured round (``windows``: round index -> what the log gained)."""
     rounds = []
     quotes: dict[tuple[str, bool], str] = {}
+    eager_batches: dict[int, int] = {}
+    eager_quotes: dict[int, str] = {}
     label = None
     for index, text in sorted(windows.items()):
         lines = parse_batch_lines(text)
@@ -43,6 +48,9 @@ def collect(log: str, windows: Mapping[int, str], interval: int | None) -> Batch
             label = label or line.graph_label
             if line.graph is not None:
                 quotes.setdefault((line.kind, line.graph), line.text)
+            if line.kind == "decode" and line.graph is False and line.running_req is not None:
+                eager_batches[line.running_req] = eager_batches.get(line.running_req, 0) + 1
+                eager_quotes.setdefault(line.running_req, line.text)
     return BatchEvidence(
         log=log,
         decode_log_interval=interval,
@@ -52,6 +60,8 @@ def collect(log: str, windows: Mapping[int, str], interval: int | None) -> Batch
         graph_prefill_line=quotes.get(("prefill", True)),
         eager_decode_line=quotes.get(("decode", False)),
         graph_decode_line=quotes.get(("decode", True)),
+        eager_decode_batches=eager_batches,
+        eager_decode_quotes=eager_quotes,
     )
 
 
@@ -73,8 +83,11 @@ def _round(index: int, lines: Sequence[BatchLine]) -> RoundBatches:
     )
 
 
-def judge(evidence: BatchEvidence, expectations: Mapping[str, Any]) -> tuple[list[str], list[str]]:
-    """(problems, notes): one line each; see the module docstring."""
+def judge(
+    evidence: BatchEvidence, expectations: Mapping[str, Any], decode_graph_sizes: Sequence[int] = ()
+) -> tuple[list[str], list[str]]:
+    """(problems, notes): one line each; see the module docstring. ``decode_graph_sizes``: the batch
+    sizes the server captured its decode graph for (empty: not known)."""
     problems: list[str] = []
     notes: list[str] = []
     if evidence.graph_label is None:
@@ -91,6 +104,8 @@ def judge(evidence: BatchEvidence, expectations: Mapping[str, Any]) -> tuple[lis
         where = f"{batches} {kind} batches logged in {len(evidence.rounds)} measured rounds"
         if batches == 0:
             notes.append(f"{intent}: no {kind} batch logged in the measured rounds: not proven")
+        elif kind == "decode" and expected is True and decode_graph_sizes and evidence.eager_decode_batches:
+            problems += _decode_coverage(evidence, max(decode_graph_sizes), where)
         elif expected is True and ran == 0:
             why = _WHY_PREFILL_EAGER if kind == "prefill" else ""
             problems.append(
@@ -104,6 +119,31 @@ def judge(evidence: BatchEvidence, expectations: Mapping[str, Any]) -> tuple[lis
             notes.append(f"{intent}: {ran} of the {where} ran the graph; eager e.g. {_quote(eager)}")
         # all or none, as expected (or nothing expected): the record's counts say it, no note
     return problems, notes
+
+
+def _decode_coverage(evidence: BatchEvidence, largest: int, where: str) -> list[str]:
+    """Eager decode lines split at the largest captured batch: both sides are failures, with a line
+    quoted from each."""
+    problems = []
+    for covered in (True, False):
+        sizes = sorted(b for b in evidence.eager_decode_batches if (b <= largest) == covered)
+        if not sizes:
+            continue
+        count = sum(evidence.eager_decode_batches[b] for b in sizes)
+        quote = _quote(evidence.eager_decode_quotes.get(sizes[-1]))
+        shown = ", ".join(map(str, sizes))
+        if covered:
+            problems.append(
+                f"{DECODE_CUDA_GRAPH}: {count} of the {where} ran eager at batches the graph was captured for "
+                f"(batch {shown}; captured up to {largest}): SGLang logged {quote}"
+            )
+        else:
+            problems.append(
+                f"{DECODE_CUDA_GRAPH}: {count} of the {where} ran eager above the largest captured batch {largest} "
+                f"(batch {shown}): SGLang logged {quote}; the workload outgrows the graph (preflight names the "
+                "rule that set the size and how to raise it)"
+            )
+    return problems
 
 
 def _quote(line: str | None) -> str:

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
+from sglperf.judge import coverage
 from sglperf.judge.intent import judge
+from sglperf.model.graph_coverage import CapturedSizes, WorkloadBatch
 from sglperf.model.intent_names import DECODE_CUDA_GRAPH, PREFILL_CUDA_GRAPH, VISION_WEIGHTS_SKIPPED
 from sglperf.model.resolution import EffectiveArgs, LogLine, ModelFacts, strip_ansi
 from sglperf.model.server_facts import ServerFacts
@@ -49,6 +51,25 @@ def _prefill_graph_evidence(verdict: Verdict, facts: ServerFacts) -> Verdict:
             detail=f"{verdict.detail}; but {evidence}: the prefill CUDA graph was never captured",
         )
     return replace(verdict, detail=f"{verdict.detail}; {evidence}")
+
+
+@dataclass(frozen=True)
+class LiveCoverage:
+    """What the decode graph must cover: the workloads' batches, and the sizes and rule preflight
+    resolved (its rule is quoted when the server captured the same largest batch)."""
+
+    batches: Sequence[WorkloadBatch]
+    predicted: CapturedSizes | None = None
+
+
+def _decode_coverage(verdict: Verdict, sizes: tuple[int, ...], wanted: LiveCoverage) -> Verdict:
+    """The server's own captured sizes held against the workloads (`judge.coverage`)."""
+    if not sizes:
+        return verdict
+    rule = wanted.predicted.rule if wanted.predicted and wanted.predicted.largest == max(sizes) else None
+    captured = CapturedSizes(tuple(sorted(sizes)), "internal_states[0].decode_cuda_graph_bs", rule)
+    how = f"raise it: request = {{ {DECODE_CUDA_GRAPH} = true }} in the variant (preflight spells it for the release)"
+    return coverage.judge_coverage(verdict, captured, wanted.batches, how_to_raise=how)
 
 
 def _decode_graph_evidence(verdict: Verdict, facts: ServerFacts) -> Verdict:
@@ -127,6 +148,7 @@ def check(
     requested: Sequence[str] = (),
     warnings: Sequence[str] = (),
     model: ModelFacts | None = None,
+    graph_coverage: LiveCoverage | None = None,
 ) -> list[Verdict]:
     """Judge every expected intent on a running server, adding live evidence where SGLang offers it.
 
@@ -152,6 +174,8 @@ def check(
                 verdict = _prefill_graph_evidence(verdict, facts)
             elif name == DECODE_CUDA_GRAPH:
                 verdict = _decode_graph_evidence(verdict, facts)
+                if graph_coverage is not None and facts.decode_graph is not None:
+                    verdict = _decode_coverage(verdict, facts.decode_graph[0], graph_coverage)
             elif name == VISION_WEIGHTS_SKIPPED:
                 mtp = facts.effective.get(Speculative.FIELDS["algorithm"]) is not None
                 verdict = _vision_evidence(verdict, facts, config, tp, mtp, proven=model is not None)

@@ -36,6 +36,10 @@ class BatchEvidence(_Strict):
     graph_prefill_line: str | None = None
     eager_decode_line: str | None = None
     graph_decode_line: str | None = None
+    # Eager decode lines by the batch they ran (#running-req): the decode graph's coverage is judged
+    # per batch size; one line quoted per size.
+    eager_decode_batches: dict[int, int] = {}
+    eager_decode_quotes: dict[int, str] = {}
 
     def total(self, kind: str) -> tuple[int, int]:
         """(batches logged, of which ran the graph) over every round, for "prefill" or "decode"."""

@@ -32,6 +32,7 @@ class Write:
     code: str = ""
     comment: str = ""
     changed: bool = True
+    conditions: tuple[str, ...] = ()  # the if/elif headers the statement sits under, outermost first
 
 
 # The error type of a variant whose resolution passed but whose start-up SGLang would refuse on the

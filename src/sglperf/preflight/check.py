@@ -7,13 +7,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from sglperf.judge import coverage
 from sglperf.judge.intent import explain, judge, judge_error
 from sglperf.model.deployment import Deployment, Variant
+from sglperf.model.intent_names import DECODE_CUDA_GRAPH
 from sglperf.model.resolution import Resolution
 from sglperf.model.verdict import Verdict
 from sglperf.preflight.resolver import Resolver
 from sglperf.sglang.flags import SKIP_TOKENIZER_FLAG, FlagError, LaunchPlan, launch_plan
-from sglperf.sglang.intents import INTENTS, Intent, IntentNotExpressible, ParserInfo
+from sglperf.sglang.intents import DECODE_GRAPH, INTENTS, Intent, IntentNotExpressible, ParserInfo
 
 PREFLIGHT_FLAGS = (SKIP_TOKENIZER_FLAG,)
 
@@ -82,22 +84,45 @@ def check(deployment: Deployment, resolver: Resolver, variant_ids: Sequence[str]
         assert c.launch is not None
         for name, expected in deployment.expectations_for(c.variant).items():
             intent = INTENTS[name]
-            c.verdicts.append(
-                judge(
-                    deployment.key,
-                    c.variant.id,
-                    intent,
-                    expected,
-                    resolution.effective_args,
-                    release.version,
-                    error=resolution.error,
-                    requested=name in c.variant.request,
-                    hint=_hint(intent.name, expected, release.parser, architectures),
-                    warnings=c.launch.warnings,
-                    caveats=caveats.get((c.variant.id, name), ()),
-                )
+            verdict = judge(
+                deployment.key,
+                c.variant.id,
+                intent,
+                expected,
+                resolution.effective_args,
+                release.version,
+                error=resolution.error,
+                requested=name in c.variant.request,
+                hint=_hint(intent.name, expected, release.parser, architectures),
+                warnings=c.launch.warnings,
+                caveats=caveats.get((c.variant.id, name), ()),
             )
+            args = resolution.effective_args
+            if name == DECODE_CUDA_GRAPH and args is not None:
+                verdict = coverage.judge_coverage(
+                    verdict,
+                    coverage.captured_in_args(args),
+                    coverage.workload_batches(deployment, coverage.max_running(args)),
+                    how_to_raise=_coverage_hint(deployment, c.variant, release.parser),
+                    own_flags=coverage.own_size_flags(c.launch.argv),
+                )
+            c.verdicts.append(verdict)
     return checks
+
+
+def _coverage_hint(deployment: Deployment, variant: Variant, parser: ParserInfo) -> str:
+    """How to have the decode graph captured up to the workloads' batch on this release."""
+    need = deployment.largest_in_flight()
+    if need is None:
+        return ""
+    try:
+        argv = DECODE_GRAPH.coverage_flags(need, parser, deployment.runner.is_cpu)
+    except IntentNotExpressible as exc:
+        return f"this release cannot raise it: {exc}"
+    spelled = f"on SGLang {parser.version} that adds {' '.join(argv)}"
+    if variant.request.get(DECODE_CUDA_GRAPH) is True:
+        return f"the variant asks for coverage ({spelled}), and SGLang still stops below"
+    return f"raise it: request = {{ {DECODE_CUDA_GRAPH} = true }} in the variant ({spelled})"
 
 
 # Words with which SGLang's help texts warn about a flag ("(for testing)", "experimental", ...).

@@ -303,6 +303,80 @@ def _comment_above(filename: str, lineno: int) -> str:
     return ""
 
 
+# Fields that size a graph: their writes carry the branch they sit under, because SGLang picks the sizes in
+# chains of if/elif by GPU memory, parallelism and release (handle_gpu_memory_settings) and labels each branch
+# with a comment a few lines above the statement.
+_GRAPH_SIZE_FIELDS = frozenset(
+    {"cuda_graph_max_bs", "cuda_graph_bs", "torch_compile_max_bs", "piecewise_cuda_graph_max_tokens"}
+)
+# The nested per-phase config (0.5.14+): its writes are recorded as cuda_graph_config.<phase>.<name>.
+_PHASE_CONFIG_MODULE = "sglang.srt.model_executor.cuda_graph_config"
+_PHASE_SIZE_FIELDS = frozenset({"max_bs", "bs"})
+
+
+def _header(filename: str, lineno: int) -> str:
+    """An if/elif/else header, its continuation lines joined (``if (\n a\n and b\n):``)."""
+    parts = []
+    for ln in range(lineno, lineno + 8):
+        text = linecache.getline(filename, ln).strip()
+        parts.append(text)
+        if text.endswith(":"):
+            break
+    return " ".join(" ".join(parts).rstrip(":").replace("( ", "(").replace(" )", ")").split())
+
+
+def _branch_context(filename: str, lineno: int, reach: int = 80) -> tuple[list[str], str]:
+    """The conditions a statement sits under, outermost first, and the nearest comment block above it at
+    its own depth or shallower (up to its function's ``def``)."""
+    line = linecache.getline(filename, lineno)
+    indent = len(line) - len(line.lstrip())
+    conditions: list[str] = []
+    block: list[str] = []
+    comment = ""
+    for ln in range(lineno - 1, max(lineno - reach, 0), -1):
+        text = linecache.getline(filename, ln)
+        stripped = text.strip()
+        if not stripped:
+            continue
+        depth = len(text) - len(text.lstrip())
+        if stripped.startswith("#"):
+            if not comment and depth <= indent:
+                block.insert(0, stripped.lstrip("# ").strip())
+            continue
+        if block and not comment:
+            comment = " ".join(block)
+        if stripped[0] in ")]}":
+            continue  # the end of a multi-line header or call: its first line sets the depth
+        if depth < indent:
+            if stripped.startswith(("def ", "async def ")):
+                break
+            if stripped.startswith(("if ", "if(", "elif ", "else:")):
+                conditions.insert(0, _header(filename, ln))
+            indent = depth
+    return conditions, comment or " ".join(block)
+
+
+def _traced_write(field: str, old: Any, value: Any, frame: Any, with_branch: bool) -> dict[str, Any]:
+    code = frame.f_code
+    try:
+        changed = not (old is value or bool(old == value))
+    except Exception:
+        changed = True
+    write = {
+        "field": field,
+        "changed": changed,
+        "old": _jsonable(old),
+        "new": _jsonable(value),
+        "rule": code.co_name,
+        "where": f"{os.path.basename(code.co_filename)}:{frame.f_lineno}",
+        "code": linecache.getline(code.co_filename, frame.f_lineno).strip(),
+        "comment": _comment_above(code.co_filename, frame.f_lineno),
+    }
+    if with_branch:
+        write["conditions"], write["comment"] = _branch_context(code.co_filename, frame.f_lineno)
+    return write
+
+
 class _WriteTracer:
     """Records which function and line changed a field during resolution (dataclass releases).
 
@@ -318,25 +392,10 @@ class _WriteTracer:
 
         def traced(obj: Any, name: str, value: Any) -> None:
             if tracer.active and name in names and name in obj.__dict__:
-                old = obj.__dict__[name]
                 frame = sys._getframe(1)
-                code = frame.f_code
-                if code.co_name != "__init__":
-                    try:
-                        changed = not (old is value or bool(old == value))
-                    except Exception:
-                        changed = True
+                if frame.f_code.co_name != "__init__":
                     tracer.writes.append(
-                        {
-                            "field": name,
-                            "changed": changed,
-                            "old": _jsonable(old),
-                            "new": _jsonable(value),
-                            "rule": code.co_name,
-                            "where": f"{os.path.basename(code.co_filename)}:{frame.f_lineno}",
-                            "code": linecache.getline(code.co_filename, frame.f_lineno).strip(),
-                            "comment": _comment_above(code.co_filename, frame.f_lineno),
-                        }
+                        _traced_write(name, obj.__dict__[name], value, frame, name in _GRAPH_SIZE_FIELDS)
                     )
             original(obj, name, value)
 
@@ -1013,7 +1072,39 @@ def _raised_in(exc: BaseException) -> str:
     return f"{frame.name}, {where}:{frame.lineno}"
 
 
-def _resolve(module: Any, argv: list[str], tracer: _WriteTracer | None) -> tuple[dict[str, Any], Any]:
+class _PhaseSizeTracer:
+    """Records which code set a graph phase's sizes (``max_bs``, ``bs``) in releases with the nested
+    per-phase config (0.5.14+), whose own resolution record names only the function that declared the
+    whole config. The phase is read from the statement (``decode_cuda_graph_config.max_bs = 24``)."""
+
+    def __init__(self) -> None:
+        self.active = False
+        self.writes: list[dict[str, Any]] = []
+        try:
+            cls = importlib.import_module(_PHASE_CONFIG_MODULE).PhaseConfig
+        except (ImportError, AttributeError):
+            return
+        original = cls.__setattr__
+        tracer = self
+
+        def traced(obj: Any, name: str, value: Any) -> None:
+            if tracer.active and name in _PHASE_SIZE_FIELDS and name in obj.__dict__:
+                frame = sys._getframe(1)
+                if frame.f_code.co_name != "__init__":
+                    statement = linecache.getline(frame.f_code.co_filename, frame.f_lineno).split("=", 1)[0]
+                    phase = next((p for p in ("decode", "prefill") if p in statement), "?")
+                    tracer.writes.append(
+                        _traced_write(f"cuda_graph_config.{phase}.{name}", obj.__dict__[name], value, frame, True)
+                    )
+            original(obj, name, value)
+
+        cls.__setattr__ = traced
+
+
+_Tracer = _WriteTracer | _PhaseSizeTracer
+
+
+def _resolve(module: Any, argv: list[str], tracers: list[_Tracer]) -> tuple[dict[str, Any], Any]:
     server_args = module.prepare_server_args(list(argv))
     if hasattr(server_args, "resolve_once"):
         server_args.resolve_once()
@@ -1023,7 +1114,7 @@ def _resolve(module: Any, argv: list[str], tracer: _WriteTracer | None) -> tuple
         effective = {f.name: getattr(server_args, f.name) for f in dataclasses.fields(server_args)}
     else:
         effective = dict(vars(server_args))
-    writes = list(tracer.writes) if tracer else []
+    writes = [w for tracer in tracers for w in tracer.writes]
     for source, fields in getattr(server_args, "_resolved_overrides", None) or []:
         for name, value in fields.items():
             writes.append(
@@ -1044,14 +1135,14 @@ def _resolve(module: Any, argv: list[str], tracer: _WriteTracer | None) -> tuple
 def _resolve_job(
     module: Any,
     job: dict[str, Any],
-    tracer: _WriteTracer | None,
+    tracers: list[_Tracer],
     capture: _Capture,
     clean: _CleanState,
     builder: _ModelBuilder,
 ) -> dict[str, Any]:
     clean.restore()
     capture.lines = []
-    if tracer:
+    for tracer in tracers:
         tracer.writes = []
     env = dict(job.get("env") or {})
     result: dict[str, Any] = {"id": job.get("id"), "argv": job["argv"]}
@@ -1063,9 +1154,9 @@ def _resolve_job(
         try:
             os.environ.update(env)
             with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
-                if tracer:
+                for tracer in tracers:
                     tracer.active = True
-                answer, server_args = _resolve(module, job["argv"], tracer)
+                answer, server_args = _resolve(module, job["argv"], tracers)
                 result.update(answer)
         except SystemExit as exc:  # argparse: unknown flag or bad choice; its last line says which
             lines = [ln for ln in _plain(printed.getvalue()).splitlines() if "error:" in ln]
@@ -1077,7 +1168,7 @@ def _resolve_job(
                 "traceback": _plain(traceback.format_exc()[-3000:]),
             }
         finally:
-            if tracer:
+            for tracer in tracers:
                 tracer.active = False
         result["seconds"] = round(time.perf_counter() - t0, 4)
         result["logs"] = capture.lines
@@ -1149,7 +1240,9 @@ def main() -> int:
     answer(ready)
     if module is None:
         return 0
-    tracer = _WriteTracer(module.ServerArgs) if dataclasses.is_dataclass(module.ServerArgs) else None
+    tracers: list[_Tracer] = [_PhaseSizeTracer()]
+    if dataclasses.is_dataclass(module.ServerArgs):
+        tracers.append(_WriteTracer(module.ServerArgs))
     clean = _CleanState()
     builder = _ModelBuilder(ready.get("stubbed_modules", []))
     warmed = False
@@ -1159,9 +1252,9 @@ def main() -> int:
             if not warmed:
                 # The first resolution imports what SGLang imports lazily, and import-time log lines
                 # would be the first variant's alone: resolve it once unanswered, from a clean state.
-                _resolve_job(module, {**job, "build_model": False}, tracer, capture, clean, builder)
+                _resolve_job(module, {**job, "build_model": False}, tracers, capture, clean, builder)
                 warmed = True
-            answer(_resolve_job(module, job, tracer, capture, clean, builder))
+            answer(_resolve_job(module, job, tracers, capture, clean, builder))
     return 0
 
 

@@ -87,6 +87,13 @@ def model_facts_from_probe(raw: Any) -> ModelFacts | None:
     )
 
 
+def _write(raw: dict[str, Any]) -> Write:
+    fields: dict[str, Any] = {k: raw[k] for k in Write.__dataclass_fields__ if k in raw}
+    if "conditions" in fields:
+        fields["conditions"] = tuple(fields["conditions"])
+    return Write(**fields)
+
+
 def resolution_from_probe(argv: Sequence[str], env: dict[str, str], raw: dict[str, Any], cached: bool) -> Resolution:
     """The worker's JSON answer for one variant, as a record; simulation artefacts dropped.
 
@@ -105,9 +112,7 @@ def resolution_from_probe(argv: Sequence[str], env: dict[str, str], raw: dict[st
         logs=tuple(
             LogLine(**line) for line in raw["logs"] if not any(a in line["message"] for a in SIMULATION_ARTEFACTS)
         ),
-        writes=tuple(
-            Write(**{k: w.get(k) for k in Write.__dataclass_fields__ if k in w}) for w in raw.get("writes", [])
-        ),
+        writes=tuple(_write(w) for w in raw.get("writes", [])),
         error=SGLangError(error["type"], error["message"]) if error else None,
         seconds=raw.get("seconds", 0.0),
         cached=cached,

@@ -14,12 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from sglperf import preflight
+from sglperf.judge import coverage, live_evidence
 from sglperf.judge import divergence as args_divergence
-from sglperf.judge import live_evidence
 from sglperf.model.deployment import Deployment, LoadPoint, Variant, Workload
 from sglperf.model.files import os_problem, read_input
+from sglperf.model.graph_coverage import CapturedSizes
 from sglperf.model.measurement import MeasurementRecord
 from sglperf.model.progress import Progress
+from sglperf.model.resolution import EffectiveArgs
 from sglperf.model.server_facts import ServerFacts
 from sglperf.model.verdict import Verdict
 from sglperf.runtime import gpus, server, server_info
@@ -291,6 +293,10 @@ class LiveSession:
                 requested=list(variant.request),
                 warnings=running.launch.warnings,
                 model=running.predicted_model,
+                graph_coverage=live_evidence.LiveCoverage(
+                    coverage.workload_batches(deployment, coverage.max_running(EffectiveArgs(running.facts.effective))),
+                    _preflight_capture(running),
+                ),
             )
         return running.verdicts
 
@@ -360,6 +366,13 @@ class LiveSession:
 
     def close(self) -> None:
         self.stop()
+
+
+def _preflight_capture(running: RunningVariant) -> CapturedSizes | None:
+    """The decode graph's sizes and the rule that set them, as preflight resolved this variant."""
+    resolution = running.check.resolution
+    args = resolution.effective_args if resolution else None
+    return coverage.captured_in_args(args) if args else None
 
 
 def _emulation_problem(facts: ServerFacts, emulator: bool) -> str | None:

@@ -36,12 +36,14 @@ from sglperf.model.hardware import memory_bandwidth
 from sglperf.model.host_load import DEFAULT_MAX_HOST_LOAD, HostLoadSummary
 from sglperf.model.measurement import BaselineStatus, MeasurementRecord, Provenance, Roofline, Rounds
 from sglperf.model.progress import Progress, say_once
+from sglperf.model.server_facts import ServerFacts
 from sglperf.model.server_metrics import ServerMetricsRecord
 from sglperf.model.verdict import Verdict
 from sglperf.runtime import gpu_telemetry, host_probe, provenance
 from sglperf.runtime.log_windows import RoundLogWindows
 from sglperf.session.running import LiveOptions, RunningVariant
 from sglperf.sglang import metrics_catalogue
+from sglperf.sglang.intents import DECODE_GRAPH
 
 CPU_NOTE = "CPU server (device cpu): CPU numbers, not GPU results; baselines kept under baselines/cpu/"
 
@@ -356,7 +358,9 @@ class Measurement:
             return None, [], ["batch lines not read: the server is attached, its log is not this run's"]
         measured = {r.round for r in result.rounds}
         evidence = batch_evidence.collect(str(windows.path), windows.texts(measured), running.decode_log_interval)
-        problems, notes = batch_evidence.judge(evidence, running.deployment.expectations_for(running.variant))
+        problems, notes = batch_evidence.judge(
+            evidence, running.deployment.expectations_for(running.variant), _decode_graph_sizes(running.facts)
+        )
         if windows.truncated:
             cut = ", ".join(map(str, windows.truncated))
             notes.append(f"{windows.path}: rounds {cut} logged over {windows.limit_bytes} bytes; read that much")
@@ -513,3 +517,13 @@ def _gpu_limits(summary: GpuTelemetrySummary) -> dict[str, float]:
     """The provenance fields a GPU summary fills (those NVML reported)."""
     limits = {"gpu_power_limit_w": summary.power_limit_w, "gpu_sm_clock_max_mhz": summary.sm_clock_max_mhz}
     return {field: value for field, value in limits.items() if math.isfinite(value)}
+
+
+def _decode_graph_sizes(facts: ServerFacts) -> tuple[int, ...]:
+    """The batch sizes the server captured its decode graph for: what it reports (0.5.19+:
+    ``decode_cuda_graph_bs``), else what its args say it captures; empty when neither says."""
+    graph = facts.decode_graph
+    if graph is not None and graph[0]:
+        return graph[0]
+    found = DECODE_GRAPH.captured_sizes(facts.effective)
+    return found[0] if found else ()

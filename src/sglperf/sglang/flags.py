@@ -14,8 +14,15 @@ from packaging.version import Version
 
 from sglperf.errors import SglperfError
 from sglperf.model.deployment import Deployment, Variant
-from sglperf.model.intent_names import SPECULATIVE
-from sglperf.sglang.intents import INTENTS, MODEL_OVERRIDE_FLAG, IntentNotExpressible, ParserInfo, replacement_for
+from sglperf.model.intent_names import DECODE_CUDA_GRAPH, SPECULATIVE
+from sglperf.sglang.intents import (
+    DECODE_GRAPH,
+    INTENTS,
+    MODEL_OVERRIDE_FLAG,
+    IntentNotExpressible,
+    ParserInfo,
+    replacement_for,
+)
 
 # Flags renamed outside any intent, learnt from reading the releases: old spelling -> new one.
 RENAMED_FLAGS = {
@@ -134,8 +141,24 @@ def launch_plan(
             argv += INTENTS[name].flags(value, parser, architectures)
         except IntentNotExpressible as exc:
             raise FlagError(f"{where}: cannot request {name}: {exc}") from None
+    if requested.get(DECODE_CUDA_GRAPH) is True:
+        argv += _decode_coverage_flags(deployment, raw, parser, where)
     argv = merge_model_overrides(argv, where)
     return LaunchPlan(deployment.key, variant.id, parser.version, tuple(argv), env, tuple(warnings))
+
+
+def _decode_coverage_flags(deployment: Deployment, raw: list[str], parser: ParserInfo, where: str) -> list[str]:
+    """A request for the decode graph asks for it on and captured up to the most requests any workload
+    keeps in flight; nothing when the variant's own flags already fix the sizes (theirs win) or no
+    workload bounds its batch."""
+    decode = DECODE_GRAPH
+    need = deployment.largest_in_flight()
+    if need is None or any(token.split("=", 1)[0] in decode.SIZES_FLAGS for token in raw):
+        return []
+    try:
+        return decode.coverage_flags(need, parser, deployment.runner.is_cpu)
+    except IntentNotExpressible as exc:
+        raise FlagError(f"{where}: cannot request {DECODE_CUDA_GRAPH}: {exc}") from None
 
 
 def merge_model_overrides(argv: list[str], where: str) -> list[str]:

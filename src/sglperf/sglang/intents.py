@@ -251,6 +251,44 @@ class DecodeCudaGraph(_Boolean):
     DEVICE_FIELD = "device"
     CPU_COMPILE_FIELD = "enable_torch_compile"
 
+    # The batch sizes the graph is captured for: nested (0.5.14+) or flat (0.5.13). On the CPU these are
+    # the CPU graph's, generated up to torch_compile_max_bs (handle_gpu_memory_settings, 0.5.19+).
+    SIZES_FIELDS = ("cuda_graph_config.decode.bs", "cuda_graph_bs")
+    # Fields whose writes set the largest size, the rule a coverage failure quotes.
+    MAX_BS_FIELDS = ("cuda_graph_config.decode.max_bs", "cuda_graph_max_bs", "torch_compile_max_bs")
+    SIZES_WRITE_FIELDS = ("cuda_graph_config.decode.bs", "cuda_graph_bs")
+    # Raising the largest size: 0.5.19+ spells it per phase and kept the old flag as a deprecated alias,
+    # which 0.5.20 removed; on the CPU the graph is torch.compile's, capped by its own flag.
+    MAX_BS_FLAGS = ("--cuda-graph-max-bs-decode", "--cuda-graph-max-bs")
+    CPU_MAX_BS_FLAG = "--torch-compile-max-bs"
+    # Flags that fix the sizes outright: a variant using one has chosen its own cap.
+    SIZES_FLAGS = ("--cuda-graph-bs-decode", "--cuda-graph-bs", *MAX_BS_FLAGS, CPU_MAX_BS_FLAG)
+    # What bounds a decode batch whatever the load (SGLang resets it, e.g. for speculative decoding).
+    MAX_RUNNING_FIELD = "max_running_requests"
+
+    def captured_sizes(self, effective: Mapping[str, Any]) -> tuple[tuple[int, ...], str] | None:
+        """The batch sizes the decode graph will be captured for, and the field read; None when the
+        release's effective args do not say (or say nothing usable)."""
+        for path in self.SIZES_FIELDS:
+            try:
+                value = _dig(effective, path)
+            except KeyError:
+                continue
+            if isinstance(value, list) and value and all(isinstance(v, int) and v > 0 for v in value):
+                return tuple(sorted(set(value))), path
+        return None
+
+    def coverage_flags(self, batch: int, parser: ParserInfo, cpu: bool) -> list[str]:
+        """The flags that make this release capture the decode graph up to ``batch``."""
+        spellings = [_Spelling(self.CPU_MAX_BS_FLAG)] if cpu else [_Spelling(f) for f in self.MAX_BS_FLAGS]
+        chosen = _first_usable(spellings, parser)
+        if chosen is None:
+            raise IntentNotExpressible(
+                f"SGLang {parser.version} has none of {', '.join(s.flag for s in spellings)} to raise the decode "
+                "graph's largest batch"
+            )
+        return [chosen.flag, str(batch)]
+
     def read(self, effective: Mapping[str, Any], model: ModelFacts | None = None) -> Reading:
         if effective.get(self.DEVICE_FIELD) == "cpu" and self.CPU_COMPILE_FIELD in effective:
             compiled = bool(effective[self.CPU_COMPILE_FIELD])
@@ -510,9 +548,11 @@ class Speculative:
         return f"{shown} steps={data['num_steps']} draft={data['num_draft_tokens']} topk={data['eagle_topk']}"
 
 
+# The decode graph's own instance: coverage reads its size fields and spells its size flags.
+DECODE_GRAPH = DecodeCudaGraph()
 _IMPLEMENTATIONS: tuple[Intent, ...] = (
     PrefillCudaGraph(),
-    DecodeCudaGraph(),
+    DECODE_GRAPH,
     OverlapSchedule(),
     SingleBatchOverlap(),
     VisionWeightsSkipped(),

@@ -341,7 +341,8 @@ class EmulatorState:
         if logged:
             plan = run.plan
             accept = (plan.completion_tokens / max(1, plan.verify_steps), run.accept_rate) if run.spec else None
-            ran = self.decode_graph and self.config.graph_replayed
+            # As SGLang's can_run_graph: a batch above the largest captured size runs eager.
+            ran = self.decode_graph and self.config.graph_replayed and running <= max(self.decode_graph_batch_sizes())
             tok_s = expected_decode_tok_s(self.config, self.spec_steps, decoding)
             line = decode_batch_line(running, run.prompt_tokens + tokens, accept, self.graph_label, ran, tok_s, queued)
             log(line, rank=self.launch.tp_size > 1)
