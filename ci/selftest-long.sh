@@ -5,7 +5,7 @@
 # Usage: ci/selftest-long.sh [extra pytest args...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
-bash ci/setup.sh 0.5.23 0.5.13 0.5.19 || exit 1
+bash ci/setup.sh 0.5.23 0.5.13 0.5.19 0.5.20 || exit 1
 .venv/bin/pytest tests --sglang-version=0.5.23 -p no:cacheprovider -n 2 -m long "$@"
 status=$?
 [ "$status" -eq 5 ] && { echo "no test is marked long: failing the run" >&2; status=1; }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# sglperf's own test suite: lint and types, then the tests, with real SGLang resolution in three
-# releases (0.5.13: boolean flags; 0.5.19: the last that deprecates them; 0.5.23: backend config).
+# sglperf's own test suite: lint and types, then the tests, with real SGLang resolution in four
+# releases (0.5.13: boolean flags; 0.5.19: the last that deprecates them; 0.5.20: the release that raised
+# the decode graph's batch cap for 20-35 GB GPUs; 0.5.23: backend config).
 # The shipped deployments are checked through tests/ (their expected verdicts, the inert one
 # included), not collected directly: qwen36's mtp3-full is red on purpose.
 # Tests marked `long` are left out: ci/selftest-long.sh runs them (docs/ci.md lists them, and what this run
@@ -8,7 +9,7 @@
 # Usage: ci/selftest.sh [extra pytest args...]   (-n 0: one test at a time; fast tier: .venv/bin/pytest tests/unit)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash ci/setup.sh 0.5.23 0.5.13 0.5.19
+bash ci/setup.sh 0.5.23 0.5.13 0.5.19 0.5.20
 .venv/bin/ruff check src tests bench examples conftest.py docs/hooks.py
 .venv/bin/ruff format --check src tests bench examples conftest.py docs/hooks.py
 .venv/bin/mypy

@@ -83,33 +83,72 @@ def _describe(pids: list[int]) -> str:
 # torch-compile test took 394 s there, against 72 s for the same start alone in the CPU tier's pass 1).
 
 
-def test_the_torch_compile_variant_replays_its_cpu_graph_in_every_round(tmp_path: Path) -> None:
-    """Captured and used: the torch.compile variant's measured rounds log "cpu graph: True" for every
-    decode batch (the plain variant's, above, none). SGLang 0.5.23 captures no CPU graph without its
-    CPU kernel ('TorchNativeAttnBackend' object has no attribute 'init_cpu_graph_state')."""
+# Above the torch-compile variant's captured sizes (its own --cuda-graph-bs-decode 1 2).
+WIDE_BATCH = 4
+
+
+def test_the_cpu_graph_replays_up_to_its_captured_batch_and_eager_above_it(tmp_path: Path) -> None:
+    """Captured, used, and covering the workload, on a real server. The torch-compile variant captures a
+    CPU graph for batches 1 and 2: at concurrency 1 every decode batch replays it (the plain variant's:
+    none); preflight fails a workload at 4 naming the cap, and that workload's rounds log
+    "cpu graph: False" above batch 2. A variant asking for coverage (request decode_cuda_graph) is
+    captured up to 4 (--torch-compile-max-bs 4) and the same workload replays the graph. SGLang 0.5.23
+    captures no CPU graph without its CPU kernel ('TorchNativeAttnBackend' object has no attribute
+    'init_cpu_graph_state')."""
     setup = cpu_setup()
     if setup.kernel != "sgl-kernel":
         pytest.skip(f"no CPU graph without SGLang's CPU kernel; this CPU {envs.kernel_flags_missing()}")
-    deployment = load(setup.deployment)
-    variant = deployment.variant("torch-compile")
+    base = load(setup.deployment)
+    chat = base.workloads[0].model_copy(update={"repeats": 3, "output_len": 24, "warmup": 1})
+    wide = chat.model_copy(update={"id": "decode-chat-wide", "concurrency": [WIDE_BATCH]})
+    compiled = base.variant("torch-compile")
+    covered = compiled.model_copy(
+        update={
+            "id": "torch-compile-covered",
+            "flags": ["--enable-torch-compile"],
+            "request": {DECODE_CUDA_GRAPH: True},
+        }
+    )
+    deployment = base.model_copy(update={"variants": [compiled, covered], "workloads": [chat, wide]})
     saved = {k: os.environ.get(k) for k in (TINY_MODELS_ENV, MARKER_ENV)}
     os.environ[TINY_MODELS_ENV], os.environ[MARKER_ENV] = str(setup.models), new_marker()
     pre = PreflightSession(lambda: setup.python, lambda m: print(m, file=sys.stderr))
+    # Without baselines: the variant whose graph stops below the wide workload fails preflight, which
+    # rightly refuses to record one for it.
     options = LiveOptions(
-        results_dir=tmp_path / "results", baselines_dir=tmp_path / "b", update_baselines=True, root=ROOT
+        results_dir=tmp_path / "results", baselines_dir=tmp_path / "b", baseline_missing="skip", root=ROOT
     )
     live = LiveSession(options, pre, pre._progress)
     try:
-        workload = deployment.workloads[0].model_copy(update={"repeats": 3, "output_len": 24, "warmup": 1})
-        record = live.measure(deployment, variant, workload, 1)
+        short = pre.verdict(deployment, compiled.id, DECODE_CUDA_GRAPH)
+        asked = pre.verdict(deployment, covered.id, DECODE_CUDA_GRAPH)
+        narrow = live.measure(deployment, compiled, chat, 1)
+        outgrown = live.measure(deployment, compiled, wide, WIDE_BATCH)
+        raised = live.measure(deployment, covered, wide, WIDE_BATCH)
     finally:
         live.close()
         pre.close()
         restore_env(saved)
-    assert record.batches is not None and len(record.batches.rounds) == 3, record
-    assert all(r.decode >= 2 and r.decode_graph == r.decode for r in record.batches.rounds), record.batches
-    assert record.batches.graph_decode_line and "cpu graph: True" in record.batches.graph_decode_line
-    assert not [p for p in record.problems if "cuda_graph" in p], record.problems
+    assert short.status == Status.FAIL and short.actual == "on, up to batch 2: eager above", short.message()
+    assert f"decode-chat-wide at concurrency {WIDE_BATCH} decodes eager" in short.detail
+    assert "the variant's own flags fix the sizes (--cuda-graph-bs-decode 1 2)" in short.detail
+    assert f"--torch-compile-max-bs {WIDE_BATCH}" in short.detail
+    assert asked.status == Status.PASS and asked.actual == f"on, up to batch {WIDE_BATCH}", asked.message()
+
+    assert narrow.batches is not None and len(narrow.batches.rounds) == 3, narrow
+    assert all(r.decode >= 2 and r.decode_graph == r.decode for r in narrow.batches.rounds), narrow.batches
+    assert narrow.batches.graph_decode_line and "cpu graph: True" in narrow.batches.graph_decode_line
+    assert not [p for p in narrow.problems if "eager" in p or "ran the graph" in p], narrow.problems
+
+    assert outgrown.batches is not None and outgrown.batches.eager_decode_batches, outgrown.batches
+    assert max(outgrown.batches.eager_decode_batches) > 2 and min(outgrown.batches.eager_decode_batches) > 2
+    (problem,) = [p for p in outgrown.problems if p.startswith(DECODE_CUDA_GRAPH)]
+    assert "ran eager above the largest captured batch 2" in problem and "cpu graph: False" in problem, problem
+
+    assert raised.batches is not None, raised
+    assert max(r.max_running_req or 0 for r in raised.batches.rounds) == WIDE_BATCH, raised.batches
+    assert all(r.decode_graph == r.decode for r in raised.batches.rounds), raised.batches
+    assert not raised.batches.eager_decode_batches and not [p for p in raised.problems if "eager" in p]
 
 
 def _pytest_until_measuring(tmp: Path) -> tuple[subprocess.Popen[bytes], str, frozenset[int]]:

@@ -104,7 +104,7 @@ def judge(
         where = f"{batches} {kind} batches logged in {len(evidence.rounds)} measured rounds"
         if batches == 0:
             notes.append(f"{intent}: no {kind} batch logged in the measured rounds: not proven")
-        elif kind == "decode" and expected is True and decode_graph_sizes and evidence.eager_decode_batches:
+        elif kind == "decode" and expected is True and _outgrown_or_partly_replayed(evidence, decode_graph_sizes, ran):
             problems += _decode_coverage(evidence, max(decode_graph_sizes), where)
         elif expected is True and ran == 0:
             why = _WHY_PREFILL_EAGER if kind == "prefill" else ""
@@ -119,6 +119,13 @@ def judge(
             notes.append(f"{intent}: {ran} of the {where} ran the graph; eager e.g. {_quote(eager)}")
         # all or none, as expected (or nothing expected): the record's counts say it, no note
     return problems, notes
+
+
+def _outgrown_or_partly_replayed(evidence: BatchEvidence, sizes: Sequence[int], ran: int) -> bool:
+    """Whether eager decode lines are judged by batch: with the sizes known, unless no line ran the graph
+    and every eager one was within the sizes (a graph never replayed, said as such below)."""
+    eager = evidence.eager_decode_batches
+    return bool(sizes and eager) and (ran > 0 or max(eager) > max(sizes))
 
 
 def _decode_coverage(evidence: BatchEvidence, largest: int, where: str) -> list[str]:

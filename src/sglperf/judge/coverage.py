@@ -105,7 +105,6 @@ def judge_coverage(
     batches: Sequence[WorkloadBatch],
     *,
     how_to_raise: str = "",
-    own_flags: str = "",
 ) -> Verdict:
     """The ``decode_cuda_graph`` verdict of a variant whose graph is on, held against the workloads."""
     if captured is None or verdict.status != Status.PASS or verdict.expected != "on":
@@ -114,8 +113,6 @@ def judge_coverage(
     if not gaps:
         return replace(verdict, actual=f"{verdict.actual}, up to batch {captured.largest}")
     set_by = f"set by {captured.rule.describe()}" if captured.rule else f"read from {captured.source}"
-    if own_flags:
-        set_by += f"; the variant's own flags fix the sizes: {own_flags}"
     raise_it = f"; {how_to_raise}" if how_to_raise else ""
     lines = [
         f"{g.need.describe()} decodes eager: SGLang {verdict.sglang_version} captures the decode graph up to "

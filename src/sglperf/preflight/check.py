@@ -99,18 +99,18 @@ def check(deployment: Deployment, resolver: Resolver, variant_ids: Sequence[str]
             )
             args = resolution.effective_args
             if name == DECODE_CUDA_GRAPH and args is not None:
+                own = coverage.own_size_flags(c.launch.argv)
                 verdict = coverage.judge_coverage(
                     verdict,
                     coverage.captured_in_args(args),
                     coverage.workload_batches(deployment, coverage.max_running(args)),
-                    how_to_raise=_coverage_hint(deployment, c.variant, release.parser),
-                    own_flags=coverage.own_size_flags(c.launch.argv),
+                    how_to_raise=_coverage_hint(deployment, c.variant, release.parser, own),
                 )
             c.verdicts.append(verdict)
     return checks
 
 
-def _coverage_hint(deployment: Deployment, variant: Variant, parser: ParserInfo) -> str:
+def _coverage_hint(deployment: Deployment, variant: Variant, parser: ParserInfo, own_flags: str) -> str:
     """How to have the decode graph captured up to the workloads' batch on this release."""
     need = deployment.largest_in_flight()
     if need is None:
@@ -120,9 +120,15 @@ def _coverage_hint(deployment: Deployment, variant: Variant, parser: ParserInfo)
     except IntentNotExpressible as exc:
         return f"this release cannot raise it: {exc}"
     spelled = f"on SGLang {parser.version} that adds {' '.join(argv)}"
+    request = f"request = {{ {DECODE_CUDA_GRAPH} = true }}"
+    if own_flags:
+        # The variant's own sizes win over a request (sglang.flags adds nothing beside them).
+        return (
+            f"the variant's own flags fix the sizes ({own_flags}): raise them, or drop them for {request} ({spelled})"
+        )
     if variant.request.get(DECODE_CUDA_GRAPH) is True:
         return f"the variant asks for coverage ({spelled}), and SGLang still stops below"
-    return f"raise it: request = {{ {DECODE_CUDA_GRAPH} = true }} in the variant ({spelled})"
+    return f"raise it: {request} in the variant ({spelled})"
 
 
 # Words with which SGLang's help texts warn about a flag ("(for testing)", "experimental", ...).

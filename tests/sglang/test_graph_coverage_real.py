@@ -1,0 +1,132 @@
+"""Decode graph coverage against real releases' own resolution: a 24 GB GPU at TP 1 with a workload at
+32 in flight. 0.5.19 caps the decode graph at batch 24 for that memory tier (handle_gpu_memory_settings),
+0.5.20 raised it to 48 (sgl-project/sglang#37898). The cap each release applies is read here from its
+own source, not from a table of ours; preflight must fail exactly where it is below 32, quote the line
+that set it, and pass once the variant asks for coverage."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ..support.project import ROOT, SglangPython
+
+SGLPERF = str(Path(sys.executable).with_name("sglperf"))
+WORKLOAD_BATCH = 32
+
+DEPLOYMENT = f"""\
+description = "a dense model on one 24 GB GPU, chat at {WORKLOAD_BATCH} in flight"
+
+[model]
+key = "tiny-qwen3"
+served_path = "/models/tiny-qwen3"
+config = "{ROOT / "models" / "tiny-qwen3" / "config.json"}"
+
+[runner]
+name = "1x4090"
+gpu_count = 1
+gpu_name = "NVIDIA GeForce RTX 4090"
+compute_capability = "8.9"
+memory_gib = 24
+sm_count = 128
+
+[launch]
+tp_size = 1
+
+[expect]
+decode_cuda_graph = true
+
+[[variants]]
+id = "defaults"
+
+[[variants]]
+id = "covered"
+request = {{ decode_cuda_graph = true }}
+
+[[workloads]]
+id = "chat"
+prompts = "{ROOT / "data" / "prompts" / "chat.jsonl"}"
+output_len = 64
+concurrency = [1, {WORKLOAD_BATCH}]
+"""
+
+
+def _tier_cap(python: str) -> tuple[Path, int]:
+    """The decode graph's largest batch the release's own source gives a 20-35 GB GPU at TP < 4, and the
+    file it is written in (0.5.19+: arg_groups/memory_hook.py; before: server_args.py)."""
+    package = next(Path(python).parent.parent.glob("lib/python3*/site-packages/sglang/srt"))
+    for source in (package / "arg_groups" / "memory_hook.py", package / "server_args.py"):
+        text = source.read_text() if source.exists() else ""
+        branch = text.find("elif gpu_mem < 35 * 1024:")
+        if branch >= 0:
+            found = re.search(r"max_bs = (\d+)", text[branch:])
+            assert found, f"{source}: no max_bs under the 35 GB branch"
+            return source, int(found.group(1))
+    raise AssertionError(f"{package}: no 35 GB memory tier in its resolution")
+
+
+@pytest.mark.parametrize("version", [pytest.param("0.5.13", marks=pytest.mark.long), "0.5.19", "0.5.20", "0.5.23"])
+def test_a_batch_above_the_releases_cap_fails_naming_the_rule_and_the_request_covers_it(
+    version: str, sglang_python: SglangPython, tmp_path: Path
+) -> None:
+    python = sglang_python(version)
+    source, cap = _tier_cap(python)
+    path = tmp_path / "coverage.toml"
+    path.write_text(DEPLOYMENT)
+    proc = subprocess.run(
+        [SGLPERF, "preflight", str(path), "--sglang", version, "--json"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=900,
+    )
+    records = {r["variant"]: r for r in json.loads(proc.stdout or "[]")}
+    assert set(records) == {"defaults", "covered"}, proc.stderr[-3000:]
+    defaults, covered = records["defaults"], records["covered"]
+    # Asked for, the graph is captured up to the workload's batch on every release, whatever its spelling.
+    assert covered["status"] == "pass" and covered["actual"] == f"on, up to batch {WORKLOAD_BATCH}", covered
+    if cap >= WORKLOAD_BATCH:
+        assert proc.returncode == 0 and defaults["status"] == "pass", defaults
+        assert defaults["actual"] == f"on, up to batch {cap}"
+        return
+    assert proc.returncode == 1 and defaults["status"] == "fail", defaults
+    assert defaults["actual"] == f"on, up to batch {cap}: eager above"
+    line = defaults["detail"].splitlines()[-1].strip()
+    assert line.startswith(
+        f"chat at concurrency {WORKLOAD_BATCH} decodes eager: SGLang {version} captures the decode graph up to "
+        f"batch {cap}, below the workload's {WORKLOAD_BATCH}, set by "
+    ), line
+    assert "`elif gpu_mem < 35 * 1024`" in line and "raise it: request = { decode_cuda_graph = true }" in line
+    # The line quoted is the release's own: the file and line named set exactly this cap.
+    where = re.search(rf"\(({re.escape(source.name)}):(\d+)\)", line)
+    assert where, line
+    assert f"max_bs = {cap}" in source.read_text().splitlines()[int(where.group(2)) - 1]
+    # Spelled as the release's parser has it: 0.5.19 added the per-phase flag, older ones had one.
+    flag = "--cuda-graph-max-bs-decode" if source.name == "memory_hook.py" else "--cuda-graph-max-bs"
+    assert f"that adds {flag} {WORKLOAD_BATCH})" in line
+
+
+def test_the_upgrade_check_shows_the_cap_move_and_the_workload_covered(
+    sglang_python: SglangPython, tmp_path: Path
+) -> None:
+    """0.5.19 -> 0.5.20: "on" on both sides, but the graph's size moved and the failure went away."""
+    before, after = (_tier_cap(sglang_python(v))[1] for v in ("0.5.19", "0.5.20"))
+    assert before < WORKLOAD_BATCH <= after  # what sgl-project/sglang#37898 changed
+    path = tmp_path / "coverage.toml"
+    path.write_text(DEPLOYMENT)
+    proc = subprocess.run(
+        [SGLPERF, "upgrade-check", str(path), "--from", "0.5.19", "--to", "0.5.20"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    line = next(ln for ln in proc.stdout.splitlines() if "coverage/defaults" in ln and "decode_cuda_graph" in ln)
+    assert f"on, up to batch {before}: eager above" in line and f"-> on, up to batch {after}" in line, line
+    assert "fail->pass" in line
