@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from sglperf.judge import live_evidence
+from sglperf.model.graph_coverage import CapturedSizes, CaptureRule, WorkloadBatch
 from sglperf.model.resolution import LogLine, ModelFacts
 from sglperf.model.server_facts import ServerFacts
 from sglperf.model.verdict import Status, Verdict
@@ -289,3 +290,30 @@ def test_server_log_lines_about_the_intent_become_reasons() -> None:
         "SGLang log [WARNING] [2026-01-01 10:00:01] WARNING server_args.py: Disabling piecewise CUDA graph "
         "for multimodal models.",
     )
+
+
+def test_the_captured_decode_sizes_are_held_against_the_workloads_with_preflights_rule() -> None:
+    """Live coverage uses what the server captured (SGLang trims the sizes to its request pool at start-up),
+    and quotes preflight's rule when the server's largest size is the one preflight predicted."""
+    server = ServerFacts(
+        "http://127.0.0.1:30000", "0.5.23", graph_args(), ({"decode_cuda_graph_bs": [1, 2, 4, 8]},), {}, False
+    )
+    rule = CaptureRule("handle_gpu_memory_settings", "memory_hook.py:85")
+    wanted = live_evidence.LiveCoverage(
+        [WorkloadBatch("chat", "concurrency 4", 4), WorkloadBatch("wide", "concurrency 16", 16)],
+        CapturedSizes((1, 2, 4, 8), "cuda_graph_config.decode.bs", rule),
+    )
+    verdict = check_one("decode_cuda_graph", True, server, graph_coverage=wanted)
+    assert verdict.status == Status.FAIL and verdict.actual == "on, up to batch 8: eager above"
+    (line,) = verdict.detail.splitlines()[1:]
+    assert line.strip().startswith(
+        "wide at concurrency 16 decodes eager: SGLang 0.5.23 captures the decode graph up to batch 8, below the "
+        "workload's 16, set by handle_gpu_memory_settings (memory_hook.py:85); raise it: request"
+    )
+    # Trimmed by the server below what preflight predicted: the server's sizes count, preflight's rule does not.
+    predicted_more = live_evidence.LiveCoverage(wanted.batches, CapturedSizes((1, 16), "x", rule))
+    verdict = check_one("decode_cuda_graph", True, server, graph_coverage=predicted_more)
+    assert "read from internal_states[0].decode_cuda_graph_bs" in verdict.detail
+    covered = live_evidence.LiveCoverage([WorkloadBatch("chat", "concurrency 4", 4)])
+    verdict = check_one("decode_cuda_graph", True, server, graph_coverage=covered)
+    assert verdict.status == Status.PASS and verdict.actual == "on, up to batch 8"
