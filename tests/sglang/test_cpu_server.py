@@ -100,7 +100,10 @@ def test_the_cpu_graph_replays_up_to_its_captured_batch_and_eager_above_it(tmp_p
         pytest.skip(f"no CPU graph without SGLang's CPU kernel; this CPU {envs.kernel_flags_missing()}")
     base = load(setup.deployment)
     chat = base.workloads[0].model_copy(update={"repeats": 3, "output_len": 24, "warmup": 1})
-    wide = chat.model_copy(update={"id": "decode-chat-wide", "concurrency": [WIDE_BATCH]})
+    # Twice as many prompts as in flight, so that each round decodes a full batch of WIDE_BATCH.
+    wide = chat.model_copy(
+        update={"id": "decode-chat-wide", "concurrency": [WIDE_BATCH], "max_prompts": 2 * WIDE_BATCH}
+    )
     compiled = base.variant("torch-compile")
     covered = compiled.model_copy(
         update={

@@ -183,6 +183,10 @@ def test_the_rule_falls_back_to_the_releases_own_record_and_describes_in_one_lin
     )
     rule = coverage.capture_rule(_args(SIZES_24, writes=(declared,)), 24)
     assert rule == CaptureRule("_handle_gpu_memory_settings")
+    # A value the release declared (no line) after the traced statement: the statement is quoted.
+    cpu_cap = Write(field="torch_compile_max_bs", new=24, rule="_handle_gpu_memory_settings")
+    rule = coverage.capture_rule(_args(SIZES_24, writes=(CAP_WRITE, LIST_WRITE, cpu_cap)), 24)
+    assert rule is not None and rule.where == "memory_hook.py:85"
     assert coverage.capture_rule(_args(SIZES_24, writes=()), 24) is None
     long = CaptureRule("r", "f.py:1", comment="word " * 100, conditions=("else",))
     text = long.describe()

@@ -57,13 +57,16 @@ def _sets(write: Write, largest: int) -> bool:
 
 
 def capture_rule(args: EffectiveArgs, largest: int) -> CaptureRule | None:
-    """The SGLang code that set the largest size: the last write of the cap that set this value, else of
-    the size list, else the release's own record of which function declared the graph config."""
+    """The SGLang code that set the largest size: the last write of the cap that set this value (a traced
+    statement before a declared value), else of the size list, else the release's own record of which
+    function declared the graph config."""
     changed = [w for w in args.writes if w.changed]
+    # A traced statement (file:line) says more than a declaring function's name: those first.
     for fields in (DECODE.MAX_BS_FIELDS, DECODE.SIZES_WRITE_FIELDS):
-        for write in reversed(changed):
-            if write.field in fields and _sets(write, largest):
-                return _rule_of(write)
+        for traced in (True, False):
+            for write in reversed(changed):
+                if write.field in fields and bool(write.where) == traced and _sets(write, largest):
+                    return _rule_of(write)
     for write in reversed(changed):
         if isinstance(write.new, dict):
             sizes = DECODE.captured_sizes({write.field: write.new})
