@@ -14,33 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from ..support.project import ROOT, SglangPython
+from ..support.project import ROOT, SglangPython, one_24gb_gpu_deployment
 
 SGLPERF = str(Path(sys.executable).with_name("sglperf"))
 WORKLOAD_BATCH = 32
 
-DEPLOYMENT = f"""\
-description = "a dense model on one 24 GB GPU, chat at {WORKLOAD_BATCH} in flight"
-
-[model]
-key = "tiny-qwen3"
-served_path = "/models/tiny-qwen3"
-config = "{ROOT / "models" / "tiny-qwen3" / "config.json"}"
-
-[runner]
-name = "1x4090"
-gpu_count = 1
-gpu_name = "NVIDIA GeForce RTX 4090"
-compute_capability = "8.9"
-memory_gib = 24
-sm_count = 128
-
-[launch]
-tp_size = 1
-
-[expect]
-decode_cuda_graph = true
-
+DEPLOYMENT = one_24gb_gpu_deployment(
+    str(ROOT / "models" / "tiny-qwen3" / "config.json"),
+    f"""\
 [[variants]]
 id = "defaults"
 
@@ -53,7 +34,8 @@ id = "chat"
 prompts = "{ROOT / "data" / "prompts" / "chat.jsonl"}"
 output_len = 64
 concurrency = [1, {WORKLOAD_BATCH}]
-"""
+""",
+)
 
 
 def _tier_cap(python: str) -> tuple[Path, int]:

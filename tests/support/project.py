@@ -44,3 +44,30 @@ def shared_model(deployment: str) -> str:
     if QWEN36_CONFIG_LINE not in deployment:
         raise ValueError(f"not the qwen36 deployment's model table: {QWEN36_CONFIG_LINE!r} is missing")
     return deployment.replace(QWEN36_CONFIG_LINE, f'config = "{QWEN36_CONFIG}"')
+
+
+def one_24gb_gpu_deployment(config: str, body: str) -> str:
+    """A deployment on one 24 GB GPU (the memory tier SGLang 0.5.19 gave a decode graph up to batch 24 at
+    TP < 4) of the model whose config.json is ``config``, expecting the decode graph on; ``body`` holds
+    its variants and workloads."""
+    head = f"""\
+[model]
+key = "tiny-qwen3"
+served_path = "/models/tiny-qwen3"
+config = "{config}"
+
+[runner]
+name = "1x4090"
+gpu_count = 1
+gpu_name = "NVIDIA GeForce RTX 4090"
+compute_capability = "8.9"
+memory_gib = 24
+sm_count = 128
+
+[launch]
+tp_size = 1
+
+[expect]
+decode_cuda_graph = true
+"""
+    return head + body

@@ -22,7 +22,7 @@ from sglperf.preflight import probe
 from sglperf.sglang.flags import launch_plan
 from sglperf.sglang.intents import DECODE_GRAPH, Option, ParserInfo
 
-from ..support.project import ROOT
+from ..support.project import ROOT, one_24gb_gpu_deployment
 
 # 0.5.19's generate_decode_cuda_graph_batch_sizes without speculative decoding, max_bs 24.
 SIZES_24 = [1, 2, 4, 8, 12, 16, 24]
@@ -58,30 +58,8 @@ def _args(sizes: list[int], writes: tuple[Write, ...] = (CAP_WRITE, LIST_WRITE),
 def _project(tmp_path: Path, workloads: str, variants: str = '[[variants]]\nid = "defaults"\n') -> Deployment:
     (tmp_path / "config.json").write_text((ROOT / "models" / "tiny-qwen3" / "config.json").read_text())
     shutil.copy(ROOT / "data" / "prompts" / "chat.jsonl", tmp_path / "chat.jsonl")
-    text = textwrap.dedent(
-        """\
-        [model]
-        key = "tiny"
-        served_path = "/models/tiny"
-        config = "config.json"
-
-        [runner]
-        name = "1x4090"
-        gpu_count = 1
-        gpu_name = "NVIDIA GeForce RTX 4090"
-        compute_capability = "8.9"
-        memory_gib = 24
-        sm_count = 128
-
-        [launch]
-        tp_size = 1
-
-        [expect]
-        decode_cuda_graph = true
-        """
-    )
     path = tmp_path / "cov.toml"
-    path.write_text(text + variants + workloads)
+    path.write_text(one_24gb_gpu_deployment("config.json", variants + workloads))
     return load(path)
 
 

@@ -62,7 +62,7 @@ def capture_rule(args: EffectiveArgs, largest: int) -> CaptureRule | None:
     function declared the graph config."""
     changed = [w for w in args.writes if w.changed]
     # A traced statement (file:line) says more than a declaring function's name: those first.
-    for fields in (DECODE.MAX_BS_FIELDS, DECODE.SIZES_WRITE_FIELDS):
+    for fields in (DECODE.MAX_BS_FIELDS, DECODE.SIZES_FIELDS):
         for traced in (True, False):
             for write in reversed(changed):
                 if write.field in fields and bool(write.where) == traced and _sets(write, largest):

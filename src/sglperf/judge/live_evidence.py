@@ -17,7 +17,7 @@ from sglperf.judge.intent import judge
 from sglperf.model.graph_coverage import CapturedSizes, WorkloadBatch
 from sglperf.model.intent_names import DECODE_CUDA_GRAPH, PREFILL_CUDA_GRAPH, VISION_WEIGHTS_SKIPPED
 from sglperf.model.resolution import EffectiveArgs, LogLine, ModelFacts, strip_ansi
-from sglperf.model.server_facts import ServerFacts
+from sglperf.model.server_facts import DECODE_GRAPH_SIZES_FIELD, ServerFacts
 from sglperf.model.verdict import Status, Verdict
 from sglperf.sglang import modelsize
 from sglperf.sglang.intents import INTENTS, Intent, Speculative
@@ -67,7 +67,7 @@ def _decode_coverage(verdict: Verdict, sizes: tuple[int, ...], wanted: LiveCover
     if not sizes:
         return verdict
     rule = wanted.predicted.rule if wanted.predicted and wanted.predicted.largest == max(sizes) else None
-    captured = CapturedSizes(tuple(sorted(sizes)), "internal_states[0].decode_cuda_graph_bs", rule)
+    captured = CapturedSizes(tuple(sorted(sizes)), f"internal_states[0].{DECODE_GRAPH_SIZES_FIELD}", rule)
     how = f"raise it: request = {{ {DECODE_CUDA_GRAPH} = true }} in the variant (preflight spells it for the release)"
     return coverage.judge_coverage(verdict, captured, wanted.batches, how_to_raise=how)
 
@@ -83,7 +83,7 @@ def _decode_graph_evidence(verdict: Verdict, facts: ServerFacts) -> Verdict:
         )
     sizes, memory = graph
     shown = f"[{', '.join(map(str, sizes))}]" if len(sizes) <= 8 else f"{len(sizes)} sizes [{sizes[0]}..{sizes[-1]}]"
-    evidence = f"internal_states[0].decode_cuda_graph_bs = {shown}" + (
+    evidence = f"internal_states[0].{DECODE_GRAPH_SIZES_FIELD} = {shown}" + (
         f", decode_cuda_graph_memory_gb = {memory:.2f}" if memory is not None else ""
     )
     if verdict.status == Status.PASS and verdict.expected == "on" and not sizes:

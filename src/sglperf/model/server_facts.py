@@ -6,6 +6,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+# Where a server reports the batch sizes it captured its decode graph for (per rank, 0.5.19+).
+DECODE_GRAPH_SIZES_FIELD = "decode_cuda_graph_bs"
+
 
 @dataclass(frozen=True)
 class ServerFacts:
@@ -68,7 +71,7 @@ class ServerFacts:
         """(captured decode graph batch sizes, their memory in GB) of the first rank, from
         ``internal_states[..].decode_cuda_graph_bs``; None on releases that do not report it."""
         for state in self.internal_states:
-            sizes = state.get("decode_cuda_graph_bs")
+            sizes = state.get(DECODE_GRAPH_SIZES_FIELD)
             if isinstance(sizes, list):
                 memory = state.get("decode_cuda_graph_memory_gb")
                 gb = float(memory) if isinstance(memory, (int, float)) else None

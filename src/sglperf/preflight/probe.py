@@ -38,7 +38,7 @@ import tempfile
 import time
 import traceback
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -378,28 +378,52 @@ def _traced_write(field: str, old: Any, value: Any, frame: Any, with_branch: boo
 
 
 class _WriteTracer:
-    """Records which function and line changed a field during resolution (dataclass releases).
+    """Records which function and line changed a field of ``cls`` during resolution, by patching its
+    ``__setattr__``; ``field_of(name, frame)`` names the field recorded (None: not traced) and says
+    whether to record the branch the statement sits under."""
 
-    Releases that resolve with declared overrides (0.5.19+) keep that record themselves.
-    """
-
-    def __init__(self, cls: Any) -> None:
+    def __init__(self, cls: Any, field_of: Callable[[str, Any], tuple[str, bool] | None]) -> None:
         self.active = False
         self.writes: list[dict[str, Any]] = []
-        names = {f.name for f in dataclasses.fields(cls)}
         original = cls.__setattr__
         tracer = self
 
         def traced(obj: Any, name: str, value: Any) -> None:
-            if tracer.active and name in names and name in obj.__dict__:
+            if tracer.active and name in obj.__dict__:
                 frame = sys._getframe(1)
-                if frame.f_code.co_name != "__init__":
-                    tracer.writes.append(
-                        _traced_write(name, obj.__dict__[name], value, frame, name in _GRAPH_SIZE_FIELDS)
-                    )
+                traced_as = field_of(name, frame) if frame.f_code.co_name != "__init__" else None
+                if traced_as is not None:
+                    field, with_branch = traced_as
+                    tracer.writes.append(_traced_write(field, obj.__dict__[name], value, frame, with_branch))
             original(obj, name, value)
 
         cls.__setattr__ = traced
+
+
+def _server_args_tracer(cls: Any) -> _WriteTracer:
+    """ServerArgs of dataclass releases; those that resolve with declared overrides (0.5.19+) keep
+    that record themselves."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return _WriteTracer(cls, lambda name, frame: (name, name in _GRAPH_SIZE_FIELDS) if name in names else None)
+
+
+def _phase_size_tracer() -> _WriteTracer | None:
+    """A graph phase's sizes (``max_bs``, ``bs``) in releases with the nested per-phase config (0.5.14+),
+    whose own resolution record names only the function that declared the whole config. The phase is
+    read from the statement (``decode_cuda_graph_config.max_bs = 24``)."""
+    try:
+        cls = importlib.import_module(_PHASE_CONFIG_MODULE).PhaseConfig
+    except (ImportError, AttributeError):
+        return None
+
+    def field_of(name: str, frame: Any) -> tuple[str, bool] | None:
+        if name not in _PHASE_SIZE_FIELDS:
+            return None
+        statement = linecache.getline(frame.f_code.co_filename, frame.f_lineno).split("=", 1)[0]
+        phase = next((p for p in ("decode", "prefill") if p in statement), "?")
+        return f"cuda_graph_config.{phase}.{name}", True
+
+    return _WriteTracer(cls, field_of)
 
 
 class _Capture(logging.Handler):
@@ -1072,39 +1096,7 @@ def _raised_in(exc: BaseException) -> str:
     return f"{frame.name}, {where}:{frame.lineno}"
 
 
-class _PhaseSizeTracer:
-    """Records which code set a graph phase's sizes (``max_bs``, ``bs``) in releases with the nested
-    per-phase config (0.5.14+), whose own resolution record names only the function that declared the
-    whole config. The phase is read from the statement (``decode_cuda_graph_config.max_bs = 24``)."""
-
-    def __init__(self) -> None:
-        self.active = False
-        self.writes: list[dict[str, Any]] = []
-        try:
-            cls = importlib.import_module(_PHASE_CONFIG_MODULE).PhaseConfig
-        except (ImportError, AttributeError):
-            return
-        original = cls.__setattr__
-        tracer = self
-
-        def traced(obj: Any, name: str, value: Any) -> None:
-            if tracer.active and name in _PHASE_SIZE_FIELDS and name in obj.__dict__:
-                frame = sys._getframe(1)
-                if frame.f_code.co_name != "__init__":
-                    statement = linecache.getline(frame.f_code.co_filename, frame.f_lineno).split("=", 1)[0]
-                    phase = next((p for p in ("decode", "prefill") if p in statement), "?")
-                    tracer.writes.append(
-                        _traced_write(f"cuda_graph_config.{phase}.{name}", obj.__dict__[name], value, frame, True)
-                    )
-            original(obj, name, value)
-
-        cls.__setattr__ = traced
-
-
-_Tracer = _WriteTracer | _PhaseSizeTracer
-
-
-def _resolve(module: Any, argv: list[str], tracers: list[_Tracer]) -> tuple[dict[str, Any], Any]:
+def _resolve(module: Any, argv: list[str], tracers: list[_WriteTracer]) -> tuple[dict[str, Any], Any]:
     server_args = module.prepare_server_args(list(argv))
     if hasattr(server_args, "resolve_once"):
         server_args.resolve_once()
@@ -1135,7 +1127,7 @@ def _resolve(module: Any, argv: list[str], tracers: list[_Tracer]) -> tuple[dict
 def _resolve_job(
     module: Any,
     job: dict[str, Any],
-    tracers: list[_Tracer],
+    tracers: list[_WriteTracer],
     capture: _Capture,
     clean: _CleanState,
     builder: _ModelBuilder,
@@ -1240,9 +1232,10 @@ def main() -> int:
     answer(ready)
     if module is None:
         return 0
-    tracers: list[_Tracer] = [_PhaseSizeTracer()]
+    phase = _phase_size_tracer()
+    tracers = [phase] if phase else []
     if dataclasses.is_dataclass(module.ServerArgs):
-        tracers.append(_WriteTracer(module.ServerArgs))
+        tracers.append(_server_args_tracer(module.ServerArgs))
     clean = _CleanState()
     builder = _ModelBuilder(ready.get("stubbed_modules", []))
     warmed = False

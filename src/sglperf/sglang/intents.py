@@ -256,7 +256,6 @@ class DecodeCudaGraph(_Boolean):
     SIZES_FIELDS = ("cuda_graph_config.decode.bs", "cuda_graph_bs")
     # Fields whose writes set the largest size, the rule a coverage failure quotes.
     MAX_BS_FIELDS = ("cuda_graph_config.decode.max_bs", "cuda_graph_max_bs", "torch_compile_max_bs")
-    SIZES_WRITE_FIELDS = ("cuda_graph_config.decode.bs", "cuda_graph_bs")
     # Raising the largest size: 0.5.19+ spells it per phase and kept the old flag as a deprecated alias,
     # which 0.5.20 removed; on the CPU the graph is torch.compile's, capped by its own flag.
     MAX_BS_FLAGS = ("--cuda-graph-max-bs-decode", "--cuda-graph-max-bs")

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from sglperf.model.intent_names import DECODE_CUDA_GRAPH, PREFILL_CUDA_GRAPH
+from sglperf.model.server_facts import DECODE_GRAPH_SIZES_FIELD
 from sglperf.testing.emulator.config import (
     DECODE_GRAPH_GB,
     GPU_MEM_GB,
@@ -424,7 +425,7 @@ class EmulatorState:
         state: dict[str, Any] = {
             "last_gen_throughput": stats.last_gen_throughput,
             "memory_usage": memory,
-            "decode_cuda_graph_bs": self.decode_graph_batch_sizes(),
+            DECODE_GRAPH_SIZES_FIELD: self.decode_graph_batch_sizes(),
             "decode_cuda_graph_memory_gb": DECODE_GRAPH_GB if self.decode_graph else 0.0,
         }
         if stats.avg_spec_accept_length is not None:
