@@ -198,7 +198,7 @@ def test_a_request_for_the_decode_graph_captures_up_to_the_workloads_largest_bat
     parser = _parser("0.5.20", "--cuda-graph-max-bs-decode", "--cuda-graph-bs-decode")
     argv = launch_plan(deployment, deployment.variant("own"), parser, "/m", ()).argv
     assert "--cuda-graph-max-bs-decode" not in argv
-    assert coverage.own_size_flags(argv) == "--cuda-graph-bs-decode 1 2"
+    assert DECODE_GRAPH.own_size_flags(argv) == "--cuda-graph-bs-decode 1 2"
 
 
 def test_the_probe_finds_the_branch_and_comment_above_a_size_rule(tmp_path: Path) -> None:

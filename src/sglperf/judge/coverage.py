@@ -88,20 +88,6 @@ def find_gaps(captured: CapturedSizes, batches: Sequence[WorkloadBatch]) -> list
     return [CoverageGap(b, captured) for b in batches if not captured.covers(b.batch)]
 
 
-def own_size_flags(argv: Sequence[str]) -> str:
-    """The variant's own flags that fix the decode graph's sizes, as written ("" when none)."""
-    shown: list[str] = []
-    taking = False
-    for token in argv:
-        if token.startswith("--"):
-            taking = token.split("=", 1)[0] in DECODE.SIZES_FLAGS
-            if taking:
-                shown.append(token)
-        elif taking:
-            shown.append(token)
-    return " ".join(shown)
-
-
 def judge_coverage(
     verdict: Verdict,
     captured: CapturedSizes | None,

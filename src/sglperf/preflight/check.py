@@ -99,7 +99,7 @@ def check(deployment: Deployment, resolver: Resolver, variant_ids: Sequence[str]
             )
             args = resolution.effective_args
             if name == DECODE_CUDA_GRAPH and args is not None:
-                own = coverage.own_size_flags(c.launch.argv)
+                own = DECODE_GRAPH.own_size_flags(c.launch.argv)
                 verdict = coverage.judge_coverage(
                     verdict,
                     coverage.captured_in_args(args),

@@ -153,7 +153,7 @@ def _decode_coverage_flags(deployment: Deployment, raw: list[str], parser: Parse
     workload bounds its batch."""
     decode = DECODE_GRAPH
     need = deployment.largest_in_flight()
-    if need is None or any(token.split("=", 1)[0] in decode.SIZES_FLAGS for token in raw):
+    if need is None or decode.own_size_flags(raw):
         return []
     try:
         return decode.coverage_flags(need, parser, deployment.runner.is_cpu)

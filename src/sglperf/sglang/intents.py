@@ -10,7 +10,7 @@ suite names a replacement when a deployment uses a removed flag.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -276,6 +276,19 @@ class DecodeCudaGraph(_Boolean):
             if isinstance(value, list) and value and all(isinstance(v, int) and v > 0 for v in value):
                 return tuple(sorted(set(value))), path
         return None
+
+    def own_size_flags(self, argv: Sequence[str]) -> str:
+        """A variant's own flags that fix the decode graph's sizes, as written ("" when none)."""
+        shown: list[str] = []
+        taking = False
+        for token in argv:
+            if token.startswith("--"):
+                taking = token.split("=", 1)[0] in self.SIZES_FLAGS
+                if taking:
+                    shown.append(token)
+            elif taking:
+                shown.append(token)
+        return " ".join(shown)
 
     def coverage_flags(self, batch: int, parser: ParserInfo, cpu: bool) -> list[str]:
         """The flags that make this release capture the decode graph up to ``batch``."""
