@@ -294,24 +294,8 @@ def _describe_parser(server_args_cls: Any) -> dict[str, Any]:
     return options
 
 
-def _comment_above(filename: str, lineno: int) -> str:
-    """The nearest `# ...` comment just above a line: SGLang labels its auto-disable rules so."""
-    for ln in range(lineno - 1, max(lineno - 8, 0), -1):
-        text = linecache.getline(filename, ln).strip()
-        if text.startswith("#"):
-            return text.lstrip("# ").strip()
-    return ""
-
-
-# Fields that size a graph: their writes carry the branch they sit under, because SGLang picks the sizes in
-# chains of if/elif by GPU memory, parallelism and release (handle_gpu_memory_settings) and labels each branch
-# with a comment a few lines above the statement.
-_GRAPH_SIZE_FIELDS = frozenset(
-    {"cuda_graph_max_bs", "cuda_graph_bs", "torch_compile_max_bs", "piecewise_cuda_graph_max_tokens"}
-)
 # The nested per-phase config (0.5.14+): its writes are recorded as cuda_graph_config.<phase>.<name>.
 _PHASE_CONFIG_MODULE = "sglang.srt.model_executor.cuda_graph_config"
-_PHASE_SIZE_FIELDS = frozenset({"max_bs", "bs"})
 
 
 def _header(filename: str, lineno: int) -> str:
@@ -325,14 +309,24 @@ def _header(filename: str, lineno: int) -> str:
     return " ".join(" ".join(parts).rstrip(":").replace("( ", "(").replace(" )", ")").split())
 
 
+_COMPOUND = ("if ", "if(", "for ", "while ", "with ", "try:")
+
+
 def _branch_context(filename: str, lineno: int, reach: int = 80) -> tuple[list[str], str]:
-    """The conditions a statement sits under, outermost first, and the nearest comment block above it at
-    its own depth or shallower (up to its function's ``def``)."""
+    """The conditions a statement sits under, outermost first, and SGLang's comment for it.
+
+    The comment is the block just above the statement or above one of its enclosing if/elif headers
+    (``# 8. Multimodal / VLM models``), or the block that opens an enclosing branch (``elif gpu_mem <
+    60 * 1024:`` then ``# A100 (40GB), L40``, labelling every statement under it). A block above a
+    sibling statement is that statement's, not this one's."""
     line = linecache.getline(filename, lineno)
     indent = len(line) - len(line.lstrip())
     conditions: list[str] = []
     block: list[str] = []
-    comment = ""
+    comment: str | None = None
+    below = ""  # the code line just below the comment block being read
+    chain = -1  # the depth of the elif/else header last passed through
+    adjacent = True  # nothing but comments between the block being read and the statement or a header of it
     for ln in range(lineno - 1, max(lineno - reach, 0), -1):
         text = linecache.getline(filename, ln)
         stripped = text.strip()
@@ -340,29 +334,41 @@ def _branch_context(filename: str, lineno: int, reach: int = 80) -> tuple[list[s
             continue
         depth = len(text) - len(text.lstrip())
         if stripped.startswith("#"):
-            if not comment and depth <= indent:
-                block.insert(0, stripped.lstrip("# ").strip())
+            words = stripped.lstrip("# ").strip()
+            if comment is None and depth <= indent and words.strip("-=*~#"):  # banners (# -----) say nothing
+                block.insert(0, words)
             continue
-        if block and not comment:
-            comment = " ".join(block)
         if stripped[0] in ")]}":
             continue  # the end of a multi-line header or call: its first line sets the depth
-        if depth < indent:
+        header = depth < indent
+        if block and comment is None:
+            # A block opening a branch labels the branch when a compound statement follows it; above a
+            # simple one (``# Constant meta data`` then ``reserved_mem += 512``) it is that line's.
+            if adjacent or (header and below.startswith(_COMPOUND)):
+                comment = " ".join(block)
+            block = []
+        # The ``if`` heading the chain of the elif/else the statement sits in is a sibling's header: a
+        # block above it is about that if's branch.
+        below = "" if depth == chain and stripped.startswith(("if ", "if(")) else stripped
+        if header:
+            chain = depth if stripped.startswith(("elif ", "else:")) else -1
             if stripped.startswith(("def ", "async def ")):
                 break
             if stripped.startswith(("if ", "if(", "elif ", "else:")):
                 conditions.insert(0, _header(filename, ln))
             indent = depth
-    return conditions, comment or " ".join(block)
+        adjacent = header
+    return conditions, comment or ""
 
 
-def _traced_write(field: str, old: Any, value: Any, frame: Any, with_branch: bool) -> dict[str, Any]:
+def _traced_write(field: str, old: Any, value: Any, frame: Any) -> dict[str, Any]:
     code = frame.f_code
     try:
         changed = not (old is value or bool(old == value))
     except Exception:
         changed = True
-    write = {
+    conditions, comment = _branch_context(code.co_filename, frame.f_lineno)
+    return {
         "field": field,
         "changed": changed,
         "old": _jsonable(old),
@@ -370,19 +376,16 @@ def _traced_write(field: str, old: Any, value: Any, frame: Any, with_branch: boo
         "rule": code.co_name,
         "where": f"{os.path.basename(code.co_filename)}:{frame.f_lineno}",
         "code": linecache.getline(code.co_filename, frame.f_lineno).strip(),
-        "comment": _comment_above(code.co_filename, frame.f_lineno),
+        "comment": comment,
+        "conditions": conditions,
     }
-    if with_branch:
-        write["conditions"], write["comment"] = _branch_context(code.co_filename, frame.f_lineno)
-    return write
 
 
 class _WriteTracer:
     """Records which function and line changed a field of ``cls`` during resolution, by patching its
-    ``__setattr__``; ``field_of(name, frame)`` names the field recorded (None: not traced) and says
-    whether to record the branch the statement sits under."""
+    ``__setattr__``; ``field_of(name, frame)`` names the field recorded (None: not traced)."""
 
-    def __init__(self, cls: Any, field_of: Callable[[str, Any], tuple[str, bool] | None]) -> None:
+    def __init__(self, cls: Any, field_of: Callable[[str, Any], str | None]) -> None:
         self.active = False
         self.writes: list[dict[str, Any]] = []
         original = cls.__setattr__
@@ -391,39 +394,101 @@ class _WriteTracer:
         def traced(obj: Any, name: str, value: Any) -> None:
             if tracer.active and name in obj.__dict__:
                 frame = sys._getframe(1)
-                traced_as = field_of(name, frame) if frame.f_code.co_name != "__init__" else None
-                if traced_as is not None:
-                    field, with_branch = traced_as
-                    tracer.writes.append(_traced_write(field, obj.__dict__[name], value, frame, with_branch))
+                field = field_of(name, frame) if frame.f_code.co_name != "__init__" else None
+                if field is not None:
+                    tracer.writes.append(_traced_write(field, obj.__dict__[name], value, frame))
             original(obj, name, value)
 
         cls.__setattr__ = traced
 
 
 def _server_args_tracer(cls: Any) -> _WriteTracer:
-    """ServerArgs of dataclass releases; those that resolve with declared overrides (0.5.19+) keep
-    that record themselves."""
+    """ServerArgs of the releases that resolve by assignment (before 0.5.19)."""
     names = {f.name for f in dataclasses.fields(cls)}
-    return _WriteTracer(cls, lambda name, frame: (name, name in _GRAPH_SIZE_FIELDS) if name in names else None)
+    return _WriteTracer(cls, lambda name, frame: name if name in names else None)
 
 
-def _phase_size_tracer() -> _WriteTracer | None:
-    """A graph phase's sizes (``max_bs``, ``bs``) in releases with the nested per-phase config (0.5.14+),
-    whose own resolution record names only the function that declared the whole config. The phase is
-    read from the statement (``decode_cuda_graph_config.max_bs = 24``)."""
+def _phase_tracer() -> _WriteTracer | None:
+    """A graph phase's settings (``max_bs``, ``bs``, ``backend``) in releases with the nested per-phase
+    config (0.5.14+), whose own resolution record names only the function that declared the whole
+    config. The phase is read from the statement (``decode_cuda_graph_config.max_bs = 24``)."""
     try:
         cls = importlib.import_module(_PHASE_CONFIG_MODULE).PhaseConfig
     except (ImportError, AttributeError):
         return None
 
-    def field_of(name: str, frame: Any) -> tuple[str, bool] | None:
-        if name not in _PHASE_SIZE_FIELDS:
+    def field_of(name: str, frame: Any) -> str | None:
+        if name.startswith("_"):
             return None
         statement = linecache.getline(frame.f_code.co_filename, frame.f_lineno).split("=", 1)[0]
         phase = next((p for p in ("decode", "prefill") if p in statement), "?")
-        return f"cuda_graph_config.{phase}.{name}", True
+        return f"cuda_graph_config.{phase}.{name}"
 
     return _WriteTracer(cls, field_of)
+
+
+# Releases that resolve by declaring (0.5.19+): ``declare_resolution(server_args, source, **fields)``
+# appends to ``ServerArgs._resolved_overrides`` and names only a source.
+_DECLARING_MODULE = "sglang.srt.arg_groups.overrides"
+
+
+def _site(code: Any, lineno: int) -> dict[str, Any]:
+    conditions, comment = _branch_context(code.co_filename, lineno)
+    return {
+        "rule": code.co_name,
+        "where": f"{os.path.basename(code.co_filename)}:{lineno}",
+        "code": linecache.getline(code.co_filename, lineno).strip(),
+        "comment": comment,
+        "conditions": conditions,
+    }
+
+
+class _DeclarationTracer:
+    """Where each declaration of a declaring release was made, so that its fields carry file:line, branch
+    and comment as an assignment does: the caller of ``declare_resolution``, or, when the caller is the
+    declaring machinery itself (a pass that returned its fields, a plugin's recorded writes), the
+    function the source names, at its ``def`` with its docstring."""
+
+    def __init__(self) -> None:
+        self.active = False
+        self.sites: dict[tuple[str, tuple[str, ...]], list[dict[str, Any]]] = {}
+        try:
+            module = importlib.import_module(_DECLARING_MODULE)
+            original = module.declare_resolution
+        except (ImportError, AttributeError):
+            return
+        machinery = module.__file__
+        tracer = self
+
+        def declare_resolution(server_args: Any, source: str, **fields: Any) -> Any:
+            if tracer.active:
+                frame = sys._getframe(1)
+                if frame.f_code.co_filename == machinery:
+                    site = tracer._named(source, frame) or _site(frame.f_code, frame.f_lineno)
+                else:
+                    site = _site(frame.f_code, frame.f_lineno)
+                tracer.sites.setdefault((source, tuple(sorted(fields))), []).append(site)
+            return original(server_args, source, **fields)
+
+        # Modules that imported the name already hold the original; later importers read the patched one.
+        for name, loaded in list(sys.modules.items()):
+            if name.startswith("sglang") and getattr(loaded, "declare_resolution", None) is original:
+                setattr(loaded, "declare_resolution", declare_resolution)
+
+    @staticmethod
+    def _named(source: str, frame: Any) -> dict[str, Any] | None:
+        for value in frame.f_locals.values():
+            code = getattr(value, "__code__", None)
+            if code is not None and getattr(value, "__qualname__", None) == source:
+                doc = (getattr(value, "__doc__", None) or "").strip().splitlines()
+                site = _site(code, code.co_firstlineno)
+                site["comment"] = site["comment"] or (doc[0] if doc else "")
+                return site
+        return None
+
+    def site(self, source: str, fields: dict[str, Any]) -> dict[str, Any]:
+        queue = self.sites.get((source, tuple(sorted(fields))))
+        return queue.pop(0) if queue else {"rule": source}
 
 
 class _Capture(logging.Handler):
@@ -1096,7 +1161,9 @@ def _raised_in(exc: BaseException) -> str:
     return f"{frame.name}, {where}:{frame.lineno}"
 
 
-def _resolve(module: Any, argv: list[str], tracers: list[_WriteTracer]) -> tuple[dict[str, Any], Any]:
+def _resolve(
+    module: Any, argv: list[str], tracers: list[_WriteTracer], declarations: _DeclarationTracer
+) -> tuple[dict[str, Any], Any]:
     server_args = module.prepare_server_args(list(argv))
     if hasattr(server_args, "resolve_once"):
         server_args.resolve_once()
@@ -1107,18 +1174,28 @@ def _resolve(module: Any, argv: list[str], tracers: list[_WriteTracer]) -> tuple
     else:
         effective = dict(vars(server_args))
     writes = [w for tracer in tracers for w in tracer.writes]
+    # A declaring release's record, in order: each field's value before it is the previous
+    # declaration's, or what the argv asked (its raw input).
+    current = dict(getattr(server_args, "_raw_input", None) or {})
     for source, fields in getattr(server_args, "_resolved_overrides", None) or []:
+        site = declarations.site(source, fields)
         for name, value in fields.items():
+            old = current.get(name)
+            try:
+                changed = not (old is value or bool(old == value))
+            except Exception:
+                changed = True
+            current[name] = value
             writes.append(
                 {
                     "field": name,
-                    "changed": True,
-                    "old": None,
+                    "changed": changed,
+                    "old": _jsonable(old),
                     "new": _jsonable(value),
-                    "rule": source,
                     "where": "",
                     "code": "",
                     "comment": "",
+                    **site,
                 }
             )
     return {"effective": _jsonable(effective), "writes": writes}, server_args
@@ -1128,6 +1205,7 @@ def _resolve_job(
     module: Any,
     job: dict[str, Any],
     tracers: list[_WriteTracer],
+    declarations: _DeclarationTracer,
     capture: _Capture,
     clean: _CleanState,
     builder: _ModelBuilder,
@@ -1136,6 +1214,7 @@ def _resolve_job(
     capture.lines = []
     for tracer in tracers:
         tracer.writes = []
+    declarations.sites = {}
     env = dict(job.get("env") or {})
     result: dict[str, Any] = {"id": job.get("id"), "argv": job["argv"]}
     printed = io.StringIO()
@@ -1148,7 +1227,8 @@ def _resolve_job(
             with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
                 for tracer in tracers:
                     tracer.active = True
-                answer, server_args = _resolve(module, job["argv"], tracers)
+                declarations.active = True
+                answer, server_args = _resolve(module, job["argv"], tracers, declarations)
                 result.update(answer)
         except SystemExit as exc:  # argparse: unknown flag or bad choice; its last line says which
             lines = [ln for ln in _plain(printed.getvalue()).splitlines() if "error:" in ln]
@@ -1162,6 +1242,7 @@ def _resolve_job(
         finally:
             for tracer in tracers:
                 tracer.active = False
+            declarations.active = False
         result["seconds"] = round(time.perf_counter() - t0, 4)
         result["logs"] = capture.lines
         result["printed"] = _plain(printed.getvalue())[-4000:]
@@ -1232,10 +1313,11 @@ def main() -> int:
     answer(ready)
     if module is None:
         return 0
-    phase = _phase_size_tracer()
+    phase = _phase_tracer()
     tracers = [phase] if phase else []
     if dataclasses.is_dataclass(module.ServerArgs):
         tracers.append(_server_args_tracer(module.ServerArgs))
+    declarations = _DeclarationTracer()
     clean = _CleanState()
     builder = _ModelBuilder(ready.get("stubbed_modules", []))
     warmed = False
@@ -1245,9 +1327,9 @@ def main() -> int:
             if not warmed:
                 # The first resolution imports what SGLang imports lazily, and import-time log lines
                 # would be the first variant's alone: resolve it once unanswered, from a clean state.
-                _resolve_job(module, {**job, "build_model": False}, tracers, capture, clean, builder)
+                _resolve_job(module, {**job, "build_model": False}, tracers, declarations, capture, clean, builder)
                 warmed = True
-            answer(_resolve_job(module, job, tracers, capture, clean, builder))
+            answer(_resolve_job(module, job, tracers, declarations, capture, clean, builder))
     return 0
 
 
