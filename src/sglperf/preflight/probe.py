@@ -471,9 +471,10 @@ class _DeclarationTracer:
             return original(server_args, source, **fields)
 
         # Modules that imported the name already hold the original; later importers read the patched one.
+        loaded: Any
         for name, loaded in list(sys.modules.items()):
             if name.startswith("sglang") and getattr(loaded, "declare_resolution", None) is original:
-                setattr(loaded, "declare_resolution", declare_resolution)
+                loaded.declare_resolution = declare_resolution
 
     @staticmethod
     def _named(source: str, frame: Any) -> dict[str, Any] | None:
