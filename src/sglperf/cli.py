@@ -103,6 +103,36 @@ def cmd_preflight(args: argparse.Namespace) -> int:
     return EXIT_CHECK_FAILED if any(v.status.failed for v in verdicts) else 0
 
 
+def cmd_explain(args: argparse.Namespace) -> int:
+    from sglperf import preflight
+    from sglperf.preflight.explain import explain
+    from sglperf.reporting.explain import render, to_json
+
+    started = time.perf_counter()
+    deployments = _deployments(
+        args.deployments or [DEFAULT_DEPLOYMENTS], [*(args.variant or []), *([args.against] if args.against else [])]
+    )
+    python = envs.choose_python(args.python, args.sglang, _say)
+    explanations = []
+    for deployment in deployments:
+        ids = [v.id for v in deployment.variants if not args.variant or v.id in args.variant]
+        if args.against and args.against not in {v.id for v in deployment.variants}:
+            continue  # --against names another deployment's variant
+        if not ids:
+            continue
+        runner_python = envs.python_for_runner(python, deployment.runner, _say)
+        resolver = preflight.Resolver(runner_python, deployment.runner, progress=_say)
+        try:
+            explanations += explain(deployment, resolver, ids, args.against)
+        finally:
+            resolver.close()
+    if not explanations:
+        raise UsageError(f"--against {args.against}: no deployment given has both it and the variants asked for")
+    print(to_json(explanations) if args.json else render(explanations).rstrip("\n"), flush=True)
+    _say(f"explain took {time.perf_counter() - started:.1f} s")
+    return 0
+
+
 def cmd_upgrade_check(args: argparse.Namespace) -> int:
     from sglperf import upgrade
 
@@ -327,6 +357,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print a JSON list of records instead of the table")
     _add_interpreter_options(p)
     p.set_defaults(func=cmd_preflight)
+
+    p = sub.add_parser(
+        "explain",
+        help="every decision SGLang makes for each variant, with the rule in its code that made it; --against: "
+        "what differs from another variant, and what each flag really changed",
+    )
+    p.add_argument("deployments", nargs="*", help=f"deployment files or folders (default: {DEFAULT_DEPLOYMENTS}/)")
+    p.add_argument("--variant", action="append", help="only these variant ids (repeatable)")
+    p.add_argument("--against", metavar="VARIANT", help="compare each variant with this one of the same deployment")
+    p.add_argument("--json", action="store_true", help="print a JSON list of records instead of text")
+    _add_interpreter_options(p)
+    p.set_defaults(func=cmd_explain)
 
     p = sub.add_parser(
         "upgrade-check", help="the deployments under the current and a target SGLang release, side by side"

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sglperf.model.resolution import describe_rule
+
 
 @dataclass(frozen=True)
 class CaptureRule:
@@ -24,18 +26,7 @@ class CaptureRule:
     comment: str = ""
 
     def describe(self, comment_chars: int = 160) -> str:
-        """One line. Guards of the form ``x is None`` ("unless set") are left out: they say only that
-        nothing asked for a size."""
-        parts = [self.rule + (f" ({self.where})" if self.where else "")]
-        shown = [c for c in self.conditions if not c.endswith("is None") and c != "else"]
-        if shown:
-            parts.append("under " + " and ".join(f"`{c}`" for c in shown))
-        if self.comment:
-            comment = self.comment
-            if len(comment) > comment_chars:
-                comment = comment[:comment_chars].rsplit(" ", 1)[0] + " ..."
-            parts.append(f'"{comment}"')
-        return ", ".join(parts)
+        return describe_rule(self.rule, self.where, self.conditions, self.comment, comment_chars)
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +34,54 @@ class Write:
     comment: str = ""
     changed: bool = True
     conditions: tuple[str, ...] = ()  # the if/elif headers the statement sits under, outermost first
+    old: Any = None  # the field's value before this write
+
+    def describe(self, comment_chars: int = 160) -> str:
+        return describe_rule(self.rule, self.where, self.conditions, self.comment, comment_chars)
+
+
+def describe_rule(rule: str, where: str, conditions: Sequence[str], comment: str, comment_chars: int = 160) -> str:
+    """One line: ``_handle_piecewise_cuda_graph (server_args.py:1376), under `if self....is_multimodal`,
+    "8. Multimodal / VLM models"``. Guards of the form ``x is None`` ("unless set") are left out: they
+    say only that nothing asked for a value."""
+    parts = [rule + (f" ({where})" if where else "")]
+    shown = [c for c in conditions if not c.endswith("is None") and c != "else"]
+    if shown:
+        parts.append("under " + " and ".join(f"`{c}`" for c in shown))
+    if comment:
+        if len(comment) > comment_chars:
+            comment = comment[:comment_chars].rsplit(" ", 1)[0] + " ..."
+        parts.append(f'"{comment}"')
+    return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One effective field SGLang set to something other than its parser default or what the argv asked."""
+
+    field: str  # dotted for nested settings: cuda_graph_config.decode.max_bs
+    value: Any
+    concern: str
+    was: Any  # what it would be without SGLang's rules: the argv's value, else the parser default
+    asked: bool  # the argv asked for ``was``: SGLang overrode the ask
+    rule: Write | None  # the last write that set it; None when no write was seen (the value came another way)
+    turns_off: bool  # an optimisation switched off (disable_* True, enable_* False)
+
+
+@dataclass(frozen=True)
+class FieldChange:
+    """One effective field that differs between two configs (two variants, two releases, a baseline and now)."""
+
+    field: str
+    concern: str
+    before: Any
+    after: Any
+    rule_before: Write | None = None
+    rule_after: Write | None = None
+    absent_before: bool = False  # the field did not exist on the before side (a release without it)
+    absent_after: bool = False
+    asked_before: str | None = None  # the flag that asked for the before side's value, if one did
+    asked_after: str | None = None
 
 
 # The error type of a variant whose resolution passed but whose start-up SGLang would refuse on the

@@ -31,7 +31,7 @@ class VariantCheck:
     verdicts: list[Verdict] = field(default_factory=list)
 
 
-def _config_digest(deployment: Deployment) -> str:
+def config_digest(deployment: Deployment) -> str:
     return hashlib.sha256(deployment.config_path.read_bytes()).hexdigest()
 
 
@@ -73,7 +73,7 @@ def check(deployment: Deployment, resolver: Resolver, variant_ids: Sequence[str]
                 except FlagError:
                     continue
     jobs += [((*p.argv, *PREFLIGHT_FLAGS), p.env) for _, _, p in unasked]
-    resolved = resolver.resolve(jobs, salt=_config_digest(deployment))
+    resolved = resolver.resolve(jobs, salt=config_digest(deployment))
     caveats: dict[tuple[str, str], tuple[str, ...]] = {}
     for (c, name, _), resolution in zip(unasked, resolved[len(planned) :]):
         found = _overridden_rule(INTENTS[name], c.variant.request[name], resolution, release.parser, c.launch)

@@ -27,9 +27,10 @@ NOT_ARGS = frozenset(
 )
 # The KV cache pool in tokens, as the scheduler sized it (a /server_info key, not a server arg).
 KV_POOL_TOKENS_FIELD = "max_total_num_tokens"
-# Server args that differ between two launches of the same variant and say nothing about what
-# SGLang decided: ignored when comparing live args with the preflight and in effective-args digests.
-LAUNCH_SPECIFIC_FIELDS = frozenset(
+# Server args that name this launch and say nothing about what SGLang decided: where it listens, the
+# paths it was given, the seed, and what sglperf adds to every launch (the batch log of each round, read
+# by batch_log; the server metrics, by metrics_catalogue; dummy weights for a measurement).
+IDENTITY_FIELDS = frozenset(
     {
         "host",
         "port",
@@ -43,17 +44,15 @@ LAUNCH_SPECIFIC_FIELDS = frozenset(
         "base_gpu_id",
         "nccl_port",
         "log_level",
-        "mem_fraction_static",
-        "max_total_tokens",
         "load_format",
-        # The scheduler's KV pool and the longest input it admits, sized from the memory free at start:
-        # two starts of one build on the CPU server differed by 439 of 1,045,353 tokens. The pool is
-        # kept in provenance instead, and a change beyond noise is noted (baselines.store).
-        KV_POOL_TOKENS_FIELD,
-        "max_req_input_len",
-        # Set by measurement launches so that every round logs its decode batches (batch_log) and its
-        # server metrics are read (metrics_catalogue): observation, not a decision of SGLang's.
         DECODE_LOG_INTERVAL_FIELD,
         METRICS_FIELD,
     }
 )
+# Sized from the memory free when the server starts: two starts of one build on the CPU server differed by
+# 439 of 1,045,353 tokens of KV pool. Decisions in preflight (explain shows them), noise between two
+# launches (the pool is kept in provenance instead, and a change beyond noise is noted: baselines.store).
+MEMORY_SIZED_FIELDS = frozenset({"mem_fraction_static", "max_total_tokens", KV_POOL_TOKENS_FIELD, "max_req_input_len"})
+# Server args that differ between two launches of the same variant: ignored when comparing live args
+# with the preflight, between a baseline and now, and in effective-args digests.
+LAUNCH_SPECIFIC_FIELDS = IDENTITY_FIELDS | MEMORY_SIZED_FIELDS

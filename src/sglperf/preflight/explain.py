@@ -1,0 +1,122 @@
+"""`sglperf explain`: every decision SGLang's resolution makes for a variant, with the rule that made it,
+and, against another variant, what each of its flags really changed.
+
+What a flag changed is measured, not inferred: the variant is resolved again without that flag and the
+two effective configs compared. A flag whose only change is its own field was accepted and changed
+nothing SGLang goes on to use.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from sglperf.errors import SglperfError
+from sglperf.judge.decisions import (
+    asked_values,
+    config_and_model,
+    decisions,
+    differing_flags,
+    field_changes,
+    without_flag,
+)
+from sglperf.model.deployment import Deployment
+from sglperf.model.explanation import Explanation, FlagEffect, VariantComparison
+from sglperf.model.resolution import FieldChange
+from sglperf.preflight.check import PREFLIGHT_FLAGS, VariantCheck, check, config_digest
+from sglperf.preflight.resolver import Resolver
+from sglperf.sglang.intents import ParserInfo
+
+
+class ExplainError(SglperfError, ValueError):
+    """A variant to explain or compare against that the deployment does not have."""
+
+
+def _failure(c: VariantCheck) -> str | None:
+    if c.resolution is None:
+        return next((v.detail for v in c.verdicts), "its flags could not be planned for this release")
+    if c.resolution.error is not None:
+        return f"SGLang refused it: {c.resolution.error.type}: {c.resolution.error.message}"
+    return None
+
+
+def _asked_by(
+    changes: list[FieldChange], reference: VariantCheck, c: VariantCheck, parser: ParserInfo
+) -> list[FieldChange]:
+    """Each change with the flags that asked for either side's value."""
+    assert reference.resolution is not None and c.resolution is not None
+    before, after = asked_values(reference.resolution.argv, parser), asked_values(c.resolution.argv, parser)
+    return [
+        dataclasses.replace(
+            change,
+            asked_before=before[change.field].flag if change.field in before else None,
+            asked_after=after[change.field].flag if change.field in after else None,
+        )
+        for change in changes
+    ]
+
+
+def _compare(
+    deployment: Deployment, resolver: Resolver, parser: ParserInfo, reference: VariantCheck, c: VariantCheck
+) -> VariantComparison:
+    assert reference.resolution is not None and c.resolution is not None and c.launch is not None
+    mine, theirs = c.resolution, reference.resolution
+    assert mine.effective is not None and theirs.effective is not None
+    changes = field_changes(config_and_model(theirs), config_and_model(mine), theirs.writes, mine.writes)
+    added = [a for a in differing_flags(theirs.argv, mine.argv, parser) if a.flag not in PREFLIGHT_FLAGS]
+    jobs = [(without_flag(mine.argv, a.flag, parser), c.launch.env) for a in added]
+    effects = []
+    for asked, without in zip(added, resolver.resolve(jobs, salt=config_digest(deployment)), strict=True):
+        flag = asked.spelled
+        dest = parser.options[asked.flag].dest
+        if without.effective is None:
+            error = f"{without.error.type}: {without.error.message}" if without.error else "no effective config"
+            effects.append(FlagEffect(flag, dest, (), error))
+            continue
+        effects.append(
+            FlagEffect(
+                flag,
+                dest,
+                tuple(field_changes(config_and_model(without), config_and_model(mine), without.writes, mine.writes)),
+            )
+        )
+    return VariantComparison(reference.variant.id, tuple(_asked_by(changes, reference, c, parser)), tuple(effects))
+
+
+def explain(
+    deployment: Deployment, resolver: Resolver, variant_ids: list[str], against: str | None = None
+) -> list[Explanation]:
+    """Each selected variant's decisions on the resolver's release; with ``against``, each compared with that
+    variant of the same deployment."""
+    known = [v.id for v in deployment.variants]
+    for wanted in [*variant_ids, *([against] if against else [])]:
+        if wanted not in known:
+            raise ExplainError(f"{deployment.path}: no variant {wanted!r}; its variants: {', '.join(known)}")
+    parser = resolver.release().parser
+    checks = {c.variant.id: c for c in check(deployment, resolver, [*variant_ids, *([against] if against else [])])}
+    reference = checks.get(against) if against else None
+    found = []
+    for variant_id in variant_ids:
+        c = checks[variant_id]
+        failure = _failure(c)
+        argv = c.resolution.argv if c.resolution else ()
+        if failure is not None or c.resolution is None:
+            found.append(Explanation(deployment.key, variant_id, parser.version, argv, (), failure))
+            continue
+        comparison = None
+        if reference is not None and reference is not c:
+            reference_failure = _failure(reference)
+            if reference_failure is not None:
+                raise ExplainError(f"{deployment.key}: cannot compare with {against}: {reference_failure}")
+            comparison = _compare(deployment, resolver, parser, reference, c)
+        found.append(
+            Explanation(
+                deployment.key,
+                variant_id,
+                parser.version,
+                argv,
+                tuple(decisions(c.resolution, parser)),
+                None,
+                comparison,
+            )
+        )
+    return found

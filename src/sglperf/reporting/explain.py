@@ -1,0 +1,105 @@
+"""`sglperf explain` for a person (text) and for tools (JSON)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Sequence
+from itertools import groupby
+from typing import Any
+
+from sglperf.model.explanation import Explanation, FlagEffect
+from sglperf.model.resolution import Decision, FieldChange, Write
+
+VALUE_CHARS = 70
+
+
+def shown(value: Any) -> str:
+    """A value in a line: long lists by their ends and length (``[1, 2, 3, ..., 32] (20 values)``)."""
+    if isinstance(value, list) and len(value) > 6:
+        return f"[{', '.join(map(repr, value[:3]))}, ..., {value[-1]!r}] ({len(value)} values)"
+    text = repr(value)
+    return text if len(text) <= VALUE_CHARS else text[: VALUE_CHARS - 3] + "..."
+
+
+def _rule(write: Write | None) -> str:
+    return write.describe() if write is not None else "no write seen (the release's own field default)"
+
+
+def _decision(d: Decision) -> list[str]:
+    was = f"asked {shown(d.was)}, SGLang set it" if d.asked else f"default {shown(d.was)}"
+    return [f"  {d.field} = {shown(d.value)}  ({was})", f"      {_rule(d.rule)}"]
+
+
+def _change(c: FieldChange, before: str, after: str) -> list[str]:
+    old = "(absent)" if c.absent_before else shown(c.before)
+    new = "(absent)" if c.absent_after else shown(c.after)
+    lines = [f"  {c.field}: {old} -> {new}"]
+    for side, asked, rule in ((before, c.asked_before, c.rule_before), (after, c.asked_after, c.rule_after)):
+        if asked:
+            lines.append(f"      {side}: asked by {asked}")
+        elif rule is not None:
+            lines.append(f"      {side}: {rule.describe()}")
+    return lines
+
+
+def _flag(effect: FlagEffect) -> list[str]:
+    if effect.error is not None:
+        return [f"  {effect.flag}: without it SGLang refuses the variant ({effect.error})"]
+    if not effect.changes:
+        return [f"  {effect.flag}: changes nothing (the same effective config without it)"]
+    if effect.only_its_own_field:
+        c = effect.changes[0]
+        return [
+            f"  {effect.flag}: changes only its own field ({c.field} {shown(c.before)} -> {shown(c.after)}): "
+            "no other effective field moves"
+        ]
+    fields = ", ".join(
+        f"{c.field} {shown(c.before)} -> {shown(c.after)}" for c in effect.changes if c.field != effect.field
+    )
+    return [f"  {effect.flag}: {fields}"]
+
+
+def _decisions(decisions: Sequence[Decision]) -> list[str]:
+    if not decisions:
+        return ["  SGLang decided nothing beyond the argv and its parser's defaults"]
+    out = []
+    off = [d for d in decisions if d.turns_off]
+    if off:
+        out.append("Turned off by SGLang:")
+        for d in off:
+            out += _decision(d)
+    for concern, group in groupby((d for d in decisions if not d.turns_off), key=lambda d: d.concern):
+        out.append(f"{concern}:")
+        for d in group:
+            out += _decision(d)
+    return out
+
+
+def render(explanations: Sequence[Explanation]) -> str:
+    out: list[str] = []
+    for e in explanations:
+        out.append(f"{e.deployment} / {e.variant} on SGLang {e.sglang_version}")
+        if e.error is not None:
+            out += [f"  not resolved: {e.error}", ""]
+            continue
+        out.append(f"  argv: {' '.join(e.argv)}")
+        if e.comparison is None:
+            out += _decisions(e.decisions)
+        if e.comparison is not None:
+            cmp = e.comparison
+            out.append(f"Against {cmp.reference}: {len(cmp.changes)} effective field(s) differ")
+            for concern, changes in groupby(cmp.changes, key=lambda c: c.concern):
+                out.append(f"{concern}:")
+                for c in changes:
+                    out += _change(c, cmp.reference, e.variant)
+            if cmp.flags:
+                out.append(f"What each flag {e.variant} adds changes (resolved again without it):")
+                for effect in cmp.flags:
+                    out += _flag(effect)
+        out.append("")
+    return "\n".join(out).rstrip() + "\n"
+
+
+def to_json(explanations: Sequence[Explanation]) -> str:
+    return json.dumps([dataclasses.asdict(e) for e in explanations], indent=2, default=str)

@@ -1,0 +1,93 @@
+"""SGLang's effective config as flat fields, each with the concern it decides.
+
+Releases add, rename and nest fields faster than any list of names could follow (0.5.14 moved the graph
+sizes into ``cuda_graph_config.decode`` and ``.prefill``), so a field's concern is read from its name by
+the words SGLang uses for that concern, and nested settings are flattened into dotted paths:
+``cuda_graph_config.decode.max_bs`` compares with itself across releases and variants, and a field of
+a release this table never saw still lands in a group, "other" at worst.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sglperf.sglang.server_api import IDENTITY_FIELDS
+
+
+@dataclass(frozen=True)
+class Concern:
+    name: str
+    words: re.Pattern[str]
+
+
+# Most performance-relevant first: a diff lists its fields in this order, and a field takes the first
+# concern whose words it contains (speculative_moe_runner_backend is speculative decoding's).
+CONCERNS = (
+    Concern("graphs", re.compile(r"cuda_graph|piecewise|torch_compile|compile_max_bs|graph_")),
+    Concern("speculative decoding", re.compile(r"speculative|eagle|draft|nextn|mtp")),
+    Concern(
+        "overlap and scheduling",
+        re.compile(
+            r"overlap|schedul|chunked_prefill|max_running|prefill_decode|max_prefill|batch|mixed_chunk|priority"
+        ),
+    ),
+    Concern("attention and kernels", re.compile(r"attention|attn|sampling|kernel|moe_runner|fp8_gemm|grammar")),
+    Concern(
+        "memory and KV pool",
+        re.compile(r"mem_|memory|max_total_tokens|page_size|kv_cache|hicache|radix|mamba|swa_|context_length"),
+    ),
+    Concern(
+        "parallelism and communication",
+        re.compile(
+            r"^(tp|dp|pp|ep|cp|dcp)_|parallel|all_?reduce|nccl|a2a|lm_head|boundary_reduction|symm|load_balance"
+        ),
+    ),
+    Concern(
+        "model loading",
+        re.compile(r"built_model|load_format|quantization|dtype|weight|model_|revision|mm_|multimodal|vision"),
+    ),
+)
+OTHER = "other"
+CONCERN_NAMES = (*(c.name for c in CONCERNS), OTHER)
+
+
+def concern_of(field: str) -> str:
+    return next((c.name for c in CONCERNS if c.words.search(field)), OTHER)
+
+
+def concern_rank(field: str) -> int:
+    return CONCERN_NAMES.index(concern_of(field))
+
+
+def turns_off(field: str, was: Any, value: Any) -> bool:
+    """Did ``was`` -> ``value`` switch an optimisation off (``disable_*`` False -> True, ``enable_*`` True ->
+    False)? An automatic value (None) resolved to off is not counted: nothing was on."""
+    leaf = field.rsplit(".", 1)[-1]
+    if leaf.startswith("disable_"):
+        return was is False and value is True
+    return leaf.startswith("enable_") and was is True and value is False
+
+
+def flatten(
+    effective: Mapping[str, Any], leave_out: frozenset[str] = IDENTITY_FIELDS, prefix: str = ""
+) -> dict[str, Any]:
+    """Fields by dotted path, nested objects opened; ``leave_out`` (by default what names the launch:
+    ports, paths, the seed) and SGLang's private fields (``_raw_input``) left out."""
+    flat: dict[str, Any] = {}
+    for name, value in effective.items():
+        if name.startswith("_") or (not prefix and name in leave_out):
+            continue
+        path = f"{prefix}{name}"
+        if isinstance(value, Mapping) and value:
+            flat.update(flatten(value, leave_out, f"{path}."))
+        else:
+            flat[path] = value
+    return flat
+
+
+def container_of(path: str) -> str:
+    """The top-level field a dotted path lives in (``cuda_graph_config`` for ``cuda_graph_config.decode.bs``)."""
+    return path.split(".", 1)[0]
