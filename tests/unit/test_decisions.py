@@ -1,0 +1,300 @@
+"""SGLang's decisions and effective-config diffs: which fields count as decided, by which rule, in
+which order, and what a flag changed."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sglperf.judge.decisions import (
+    asked_values,
+    config_and_model,
+    decisions,
+    differing_flags,
+    field_changes,
+    same_value,
+    without_flag,
+)
+from sglperf.model.explanation import Explanation, FlagEffect, VariantComparison
+from sglperf.model.resolution import FieldChange, ModelFacts, Resolution, Write
+from sglperf.preflight import probe
+from sglperf.reporting.explain import render, shown
+from sglperf.sglang.config_fields import concern_of, flatten, turns_off
+from sglperf.sglang.intents import Option, ParserInfo
+
+PARSER = ParserInfo(
+    "0.5.13",
+    {
+        "--model-path": Option("model_path"),
+        "--tp-size": Option("tp_size", default=1),
+        "--chunked-prefill-size": Option("chunked_prefill_size"),
+        "--cuda-graph-bs": Option("cuda_graph_bs"),
+        "--speculative-algorithm": Option("speculative_algorithm"),
+        "--enable-single-batch-overlap": Option("enable_single_batch_overlap", default=False, takes_value=False),
+        "--disable-piecewise-cuda-graph": Option("disable_piecewise_cuda_graph", default=False, takes_value=False),
+        "--dsa-prefill-backend": Option("dsa_prefill_backend", default="==SUPPRESS=="),
+        "--attention-backend": Option("attention_backend"),
+    },
+)
+ARGV = (
+    "--model-path",
+    "/m",
+    "--tp-size",
+    "2",
+    "--speculative-algorithm",
+    "NEXTN",
+    "--cuda-graph-bs",
+    "1",
+    "2",
+    "--enable-single-batch-overlap",
+)
+PIECEWISE_OFF = Write(
+    "disable_piecewise_cuda_graph",
+    True,
+    "_handle_piecewise_cuda_graph",
+    "server_args.py:1376",
+    "self.disable_piecewise_cuda_graph = True",
+    "8. Multimodal / VLM models",
+    conditions=("if self.get_model_config().is_multimodal",),
+    old=False,
+)
+
+
+def _resolution(effective: dict[str, Any], writes: tuple[Write, ...] = (), argv: tuple[str, ...] = ARGV) -> Resolution:
+    return Resolution(argv, {}, effective, writes=writes)
+
+
+def test_the_argv_is_read_through_the_releases_parser() -> None:
+    asked = asked_values(ARGV, PARSER)
+    assert asked["tp_size"].value == "2"
+    assert asked["cuda_graph_bs"].value == ["1", "2"]
+    assert asked["enable_single_batch_overlap"].value is True
+    assert asked["cuda_graph_bs"].spelled == "--cuda-graph-bs 1 2"
+    assert asked_values(("--chunked-prefill-size=8192",), PARSER)["chunked_prefill_size"].value == "8192"
+    assert asked_values(("--chunked-prefill", "8192"), PARSER)["chunked_prefill_size"].flag == "--chunked-prefill-size"
+
+
+def test_argv_strings_compare_with_resolved_values() -> None:
+    assert same_value("4096", 4096) and same_value(["1", "2"], [1, 2]) and same_value("true", True)
+    assert not same_value("4096", 8192) and not same_value(["1"], [1, 2]) and not same_value("false", True)
+    assert same_value("None", None) and not same_value("x", None)
+
+
+def test_a_decision_is_a_value_neither_asked_nor_defaulted_and_turned_off_ones_come_first() -> None:
+    effective = {
+        "model_path": "/m",
+        "random_seed": 123,  # names the launch: never a decision
+        "tp_size": 2,  # asked and got
+        "cuda_graph_bs": [1, 2],  # asked and got
+        "speculative_algorithm": "EAGLE",  # asked NEXTN: SGLang overrode the ask
+        "chunked_prefill_size": 4096,  # default None, set by a rule
+        "attention_backend": None,  # the parser's default: not a decision
+        "disable_piecewise_cuda_graph": True,
+        "enable_single_batch_overlap": True,
+        "dsa_prefill_backend": None,  # argparse.SUPPRESS: no parser default to compare with, and no write
+        "cuda_graph_config": {"decode": {"max_bs": 32, "backend": "full"}},
+    }
+    writes = (
+        Write("chunked_prefill_size", 4096, "_handle_gpu_memory_settings", "server_args.py:1493", old=None),
+        Write("speculative_algorithm", "EAGLE", "handle_speculative_decoding", "speculative_hook.py:72", old="NEXTN"),
+        Write("cuda_graph_config", {"decode": {"max_bs": None, "backend": "full"}}, "parse", old=None),
+        Write("cuda_graph_config.decode.max_bs", 32, "handle_gpu_memory_settings", "memory_hook.py:129", old=None),
+        PIECEWISE_OFF,
+    )
+    found = decisions(_resolution(effective, writes), PARSER)
+    assert [d.field for d in found] == [
+        "disable_piecewise_cuda_graph",
+        "cuda_graph_config.decode.max_bs",
+        "speculative_algorithm",
+        "chunked_prefill_size",
+    ]
+    off, graph, spec, chunk = found
+    assert off.turns_off and off.rule == PIECEWISE_OFF and off.was is False and not off.asked
+    assert graph.rule is not None and graph.rule.where == "memory_hook.py:129" and graph.was is None
+    assert spec.asked and spec.was == "NEXTN" and spec.concern == "speculative decoding"
+    assert chunk.concern == "overlap and scheduling" and chunk.rule is not None
+
+
+def test_a_failed_resolution_has_no_decisions() -> None:
+    assert decisions(Resolution(ARGV, {}, None), PARSER) == []
+
+
+def test_field_changes_name_each_side_and_fields_only_one_side_has() -> None:
+    before = {"disable_piecewise_cuda_graph": True, "chunked_prefill_size": 4096, "old_only": 1, "port": 1}
+    after = {"disable_piecewise_cuda_graph": False, "chunked_prefill_size": 4096, "new_only": 2, "port": 2}
+    changes = field_changes(before, after, (PIECEWISE_OFF,), ())
+    assert [c.field for c in changes] == ["disable_piecewise_cuda_graph", "new_only", "old_only"]
+    assert changes[0].rule_before == PIECEWISE_OFF and changes[0].rule_after is None
+    assert changes[1].absent_before and changes[2].absent_after
+
+
+def test_the_built_model_is_compared_beside_the_fields() -> None:
+    facts = ModelFacts("Qwen3_5ForConditionalGeneration", "Qwen3VLMoeVisionModel", 0, 100, 10, seconds=2.0)
+    text_only = ModelFacts("Qwen3_5ForConditionalGeneration", None, 0, 90, 0, seconds=0.1)
+    before = config_and_model(Resolution((), {}, {"x": 1}, model=facts))
+    after = config_and_model(Resolution((), {}, {"x": 1}, model=text_only))
+    fields = {c.field: (c.before, c.after) for c in field_changes(before, after)}
+    assert fields == {
+        "built_model.vision_tower": ("Qwen3VLMoeVisionModel", None),
+        "built_model.param_bytes_per_rank": (100, 90),
+        "built_model.vision_param_bytes_per_rank": (10, 0),
+    }  # construction time is not a decision
+    assert concern_of("built_model.vision_tower") == "model loading"
+
+
+def test_the_flags_one_variant_adds_and_the_argv_without_one() -> None:
+    reference = ("--model-path", "/m", "--tp-size", "2")
+    added = differing_flags(reference, ARGV, PARSER)
+    assert [a.flag for a in added] == ["--speculative-algorithm", "--cuda-graph-bs", "--enable-single-batch-overlap"]
+    assert without_flag(ARGV, "--cuda-graph-bs", PARSER) == (
+        "--model-path",
+        "/m",
+        "--tp-size",
+        "2",
+        "--speculative-algorithm",
+        "NEXTN",
+        "--enable-single-batch-overlap",
+    )
+
+
+_FLAGS = st.sampled_from(["--tp-size", "--chunked-prefill-size", "--cuda-graph-bs", "--enable-single-batch-overlap"])
+
+
+@given(st.lists(st.tuples(_FLAGS, st.lists(st.sampled_from(["1", "8", "auto"]), max_size=3)), max_size=5), _FLAGS)
+def test_taking_a_flag_out_leaves_every_other_flag_as_asked(spec: list[tuple[str, list[str]]], removed: str) -> None:
+    argv: list[str] = []
+    for flag, values in spec:
+        argv += [flag, *([] if not PARSER.options[flag].takes_value else values or ["1"])]
+    before = asked_values(argv, PARSER)
+    after = asked_values(without_flag(argv, removed, PARSER), PARSER)
+    dest = PARSER.options[removed].dest
+    assert dest not in after
+    assert after == {k: v for k, v in before.items() if k != dest}
+
+
+def test_a_flag_that_changes_only_its_own_field_is_told_apart() -> None:
+    own = FieldChange("enable_single_batch_overlap", "overlap and scheduling", False, True)
+    other = FieldChange("disable_piecewise_cuda_graph", "graphs", True, False)
+    assert FlagEffect("--enable-single-batch-overlap", "enable_single_batch_overlap", (own,)).only_its_own_field
+    assert not FlagEffect("--enforce-piecewise-cuda-graph", "enforce_piecewise_cuda_graph", (other,)).only_its_own_field
+    assert not FlagEffect("--x", "x", (), error="ValueError: no").only_its_own_field
+
+
+def test_concerns_flattening_and_what_turns_an_optimisation_off() -> None:
+    assert concern_of("cuda_graph_config.decode.max_bs") == "graphs"
+    assert concern_of("speculative_moe_runner_backend") == "speculative decoding"
+    assert concern_of("disable_overlap_schedule") == "overlap and scheduling"
+    assert concern_of("tp_size") == "parallelism and communication"
+    assert concern_of("something_new_in_0_5_99") == "other"
+    assert flatten({"a": {"b": {"c": 1}, "d": []}, "_raw": 1, "port": 30000, "e": {}}) == {
+        "a.b.c": 1,
+        "a.d": [],
+        "e": {},
+    }
+    assert turns_off("disable_piecewise_cuda_graph", False, True)
+    assert turns_off("x.enable_thing", True, False)
+    assert not turns_off("enable_tf32_matmul", None, False)  # automatic resolved to off: nothing was on
+    assert not turns_off("disable_x", None, True) and not turns_off("chunked_prefill_size", 1, 2)
+
+
+def test_the_text_leads_with_what_was_turned_off_and_quotes_the_rule() -> None:
+    effective = {"disable_piecewise_cuda_graph": True, "chunked_prefill_size": 4096}
+    writes = (PIECEWISE_OFF, Write("chunked_prefill_size", 4096, "_handle_gpu_memory_settings", old=None))
+    explanation = Explanation(
+        "qwen36", "mtp3-defaults", "0.5.13", ARGV, tuple(decisions(_resolution(effective, writes), PARSER))
+    )
+    text = render([explanation])
+    lines = text.splitlines()
+    assert lines[2] == "Turned off by SGLang:"
+    assert lines[3] == "  disable_piecewise_cuda_graph = True  (default False)"
+    assert '"8. Multimodal / VLM models"' in lines[4] and "server_args.py:1376" in lines[4]
+    assert "overlap and scheduling:" in lines
+    compared = Explanation(
+        "qwen36",
+        "mtp3-full",
+        "0.5.13",
+        ARGV,
+        (),
+        comparison=VariantComparison(
+            "mtp3-defaults",
+            (
+                FieldChange(
+                    "disable_piecewise_cuda_graph", "graphs", True, False, PIECEWISE_OFF, None, asked_after=None
+                ),
+            ),
+            (FlagEffect("--enable-single-batch-overlap", "enable_single_batch_overlap", ()),),
+        ),
+    )
+    text = render([compared])
+    assert "Against mtp3-defaults: 1 effective field(s) differ" in text
+    assert "  disable_piecewise_cuda_graph: True -> False" in text
+    assert "--enable-single-batch-overlap: changes nothing" in text
+    assert "Turned off" not in text  # against another variant, the difference is the answer
+    assert shown(list(range(1, 33))) == "[1, 2, 3, ..., 32] (32 values)"
+
+
+def test_the_probe_takes_the_comment_of_the_statement_or_its_branch_never_a_siblings(tmp_path: Path) -> None:
+    source = tmp_path / "server_args.py"
+    source.write_text(
+        textwrap.dedent(
+            """\
+            def _handle_missing_default_values(self):
+                if self.device is None:
+                    self.device = get_device()
+                # strip device index from user if any (e.g. "cuda:0" -> "cuda")
+                self.device = self.device.split(":")[0]
+                if self.random_seed is None:
+                    self.random_seed = random.randint(0, 1 << 30)
+
+            def _handle_piecewise_cuda_graph(self):
+                # 7. LoRA
+                if self.lora_paths:
+                    self.disable_piecewise_cuda_graph = True
+                # 8. Multimodal / VLM models
+                if self.get_model_config().is_multimodal:
+                    self.disable_piecewise_cuda_graph = True
+
+            def _handle_gpu_memory_settings(self, gpu_mem):
+                if self.mem_fraction_static is None:
+                    # Constant meta data (e.g., from attention backend)
+                    reserved_mem = 512
+                    # ------------------------------------------------
+                    self.mem_fraction_static = 0.9
+
+            def _handle_page_size(self):
+                if self.page_size is None:
+                    # The SHUFFLE 5D layout prefers page_size=64
+                    if (
+                        is_hip()
+                    ):
+                        self.page_size = 64
+                    elif not is_musa():
+                        self.page_size = 1
+            """
+        )
+    )
+    lines = source.read_text().splitlines()
+
+    def context(statement: str, nth: int = 0) -> tuple[list[str], str]:
+        lineno = [i for i, ln in enumerate(lines, 1) if statement in ln][nth]
+        return probe._branch_context(str(source), lineno)
+
+    assert context("self.random_seed = random") == (["if self.random_seed is None"], "")
+    assert context('self.device = self.device.split(":")[0]') == (
+        [],
+        'strip device index from user if any (e.g. "cuda:0" -> "cuda")',
+    )
+    assert context("self.disable_piecewise_cuda_graph = True", 1) == (
+        ["if self.get_model_config().is_multimodal"],
+        "8. Multimodal / VLM models",
+    )
+    assert context("self.mem_fraction_static = 0.9") == (["if self.mem_fraction_static is None"], "")
+    assert context("self.page_size = 1") == (["if self.page_size is None", "elif not is_musa()"], "")
+    assert context("self.page_size = 64") == (
+        ["if self.page_size is None", "if (is_hip())"],
+        "The SHUFFLE 5D layout prefers page_size=64",
+    )
