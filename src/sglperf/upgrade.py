@@ -2,7 +2,8 @@
 
 What an operator wants to know before touching the GPU box: which flags the new release removed,
 renamed or deprecated (and what sglperf will write instead), which intents change their effective
-value, which SGLang warnings appear or vanish, and which variants the new release refuses.
+value, which performance-relevant fields change under them (a backend or a size behind an "on"), with
+the rule on each side, which SGLang warnings appear or vanish, and which variants the new release refuses.
 """
 
 from __future__ import annotations
@@ -12,8 +13,11 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from sglperf.judge.decisions import config_and_model, decisions, field_changes
+from sglperf.model.resolution import FieldChange, shown_value
 from sglperf.model.verdict import Status
 from sglperf.preflight import VariantCheck
+from sglperf.sglang.config_fields import OTHER
 from sglperf.sglang.flags import RENAMED_FLAGS
 from sglperf.sglang.intents import INTENTS, ParserInfo, replacement_for
 
@@ -61,6 +65,18 @@ class WarningChange:
     vanished: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class FieldChanges:
+    """A variant's performance-relevant effective fields that differ between the two releases."""
+
+    deployment: str
+    variant: str
+    changes: tuple[FieldChange, ...]
+    # Fields only one release has that no rule of it set (new or retired options left at their default):
+    # counted, not listed.
+    one_sided: int = 0
+
+
 @dataclass
 class UpgradeReport:
     from_version: str
@@ -69,6 +85,7 @@ class UpgradeReport:
     intents: list[IntentChange] = field(default_factory=list)  # every intent, changed or not
     warnings: list[WarningChange] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)  # variants the new release refuses
+    fields: list[FieldChanges] = field(default_factory=list)
 
     @property
     def breaking(self) -> list[IntentChange]:
@@ -87,6 +104,7 @@ class UpgradeReport:
             "intents": [asdict(c) for c in self.intents],
             "warnings": [asdict(w) for w in self.warnings],
             "errors": self.errors,
+            "fields": [asdict(f) for f in self.fields],
         }
 
 
@@ -153,6 +171,28 @@ def _warnings(check: VariantCheck) -> dict[str, str]:
     }
 
 
+def _field_changes(
+    old: VariantCheck, new: VariantCheck, old_parser: ParserInfo, new_parser: ParserInfo
+) -> FieldChanges | None:
+    """The performance-relevant fields (and the built model) that differ. A field only one release has is
+    listed when a rule of that release set it (0.5.13's cuda_graph_max_bs, 0.5.23's
+    cuda_graph_config.decode.max_bs), and counted otherwise."""
+    before, after = old.resolution, new.resolution
+    if before is None or after is None or before.effective is None or after.effective is None:
+        return None
+    decided = {d.field for d in decisions(before, old_parser)} | {d.field for d in decisions(after, new_parser)}
+    kept: list[FieldChange] = []
+    one_sided = 0
+    for change in field_changes(config_and_model(before), config_and_model(after), before.writes, after.writes):
+        if change.concern == OTHER:
+            continue
+        if (change.absent_before or change.absent_after) and change.field not in decided:
+            one_sided += 1
+            continue
+        kept.append(change)
+    return FieldChanges(old.deployment.key, old.variant.id, tuple(kept), one_sided)
+
+
 def compare_releases(
     old_version: str,
     new_version: str,
@@ -187,6 +227,9 @@ def compare_releases(
                     requested=before.intent in old.variant.request or before.intent == "speculative",
                 )
             )
+        fields = _field_changes(old, new, old_parser, new_parser)
+        if fields is not None and (fields.changes or fields.one_sided):
+            report.fields.append(fields)
         errors = {v.detail for v in new.verdicts if v.status == Status.ERROR}
         report.errors += [f"{new.deployment.key}/{new.variant.id}: {e}" for e in sorted(errors)]
         old_w, new_w = _warnings(old), _warnings(new)
@@ -229,6 +272,20 @@ def render(report: UpgradeReport) -> str:
         lines += ["", f"Would fail with {t}:"] + [
             f"  {c.deployment}/{c.variant} {c.intent}: {c.detail_after}" for c in report.breaking
         ]
+    if report.fields:
+        lines += ["", f"Effective fields that change under the intents ({f} -> {t}), with the rule on each side"]
+    for fc in report.fields:
+        lines.append(f"  {fc.deployment}/{fc.variant}:")
+        for fchange in fc.changes:
+            old = "(absent)" if fchange.absent_before else shown_value(fchange.before)
+            new = "(absent)" if fchange.absent_after else shown_value(fchange.after)
+            lines.append(f"    {fchange.named}: {old} -> {new}")
+            sides = ((f, fchange.rule_before), (t, fchange.rule_after))
+            lines += [f"        {v}: {w.describe()}" for v, w in sides if w is not None]
+        if fc.one_sided:
+            lines.append(
+                f"    and {fc.one_sided} field(s) only one release has, at their defaults (counted, not listed)"
+            )
     if report.warnings:
         lines += ["", "SGLang warnings"]
         for w in report.warnings:

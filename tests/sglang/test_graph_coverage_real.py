@@ -112,3 +112,8 @@ def test_the_upgrade_check_shows_the_cap_move_and_the_workload_covered(
     line = next(ln for ln in proc.stdout.splitlines() if "coverage/defaults" in ln and "decode_cuda_graph" in ln)
     assert f"on, up to batch {before}: eager above" in line and f"-> on, up to batch {after}" in line, line
     assert "fail->pass" in line
+    # The field behind the "on", with the rule on each side: the memory tier's branch in each release.
+    lines = proc.stdout.splitlines()
+    at = lines.index(f"    cuda_graph_config.decode.max_bs: {before} -> {after}")
+    assert lines[at + 1].startswith("        0.5.19: handle_gpu_memory_settings (memory_hook.py:"), lines[at + 1]
+    assert lines[at + 2].startswith("        0.5.20: handle_gpu_memory_settings (memory_hook.py:"), lines[at + 2]

@@ -20,9 +20,9 @@ from sglperf.judge.decisions import (
     without_flag,
 )
 from sglperf.model.explanation import Explanation, FlagEffect, VariantComparison
-from sglperf.model.resolution import FieldChange, ModelFacts, Resolution, Write
+from sglperf.model.resolution import FieldChange, ModelFacts, Resolution, Write, shown_value
 from sglperf.preflight import probe
-from sglperf.reporting.explain import render, shown
+from sglperf.reporting.explain import render
 from sglperf.sglang.config_fields import concern_of, flatten, turns_off
 from sglperf.sglang.intents import Option, ParserInfo
 
@@ -132,6 +132,17 @@ def test_field_changes_name_each_side_and_fields_only_one_side_has() -> None:
     assert changes[1].absent_before and changes[2].absent_after
 
 
+def test_a_setting_a_release_renamed_compares_under_its_newest_name() -> None:
+    old = {"cuda_graph_max_bs": 24, "cuda_graph_bs": [1, 2]}
+    new = {"cuda_graph_config": {"decode": {"max_bs": 48, "bs": [1, 2]}}}
+    rule = Write("cuda_graph_max_bs", 24, "_handle_gpu_memory_settings", "server_args.py:1496")
+    (change,) = field_changes(old, new, (rule,), ())
+    assert change.field == "cuda_graph_config.decode.max_bs" and change.name_before == "cuda_graph_max_bs"
+    assert (change.before, change.after, change.rule_before) == (24, 48, rule)
+    assert change.named == "cuda_graph_max_bs -> cuda_graph_config.decode.max_bs"
+    assert not change.absent_before and not change.absent_after
+
+
 def test_the_built_model_is_compared_beside_the_fields() -> None:
     facts = ModelFacts("Qwen3_5ForConditionalGeneration", "Qwen3VLMoeVisionModel", 0, 100, 10, seconds=2.0)
     text_only = ModelFacts("Qwen3_5ForConditionalGeneration", None, 0, 90, 0, seconds=0.1)
@@ -234,7 +245,7 @@ def test_the_text_leads_with_what_was_turned_off_and_quotes_the_rule() -> None:
     assert "  disable_piecewise_cuda_graph: True -> False" in text
     assert "--enable-single-batch-overlap: changes nothing" in text
     assert "Turned off" not in text  # against another variant, the difference is the answer
-    assert shown(list(range(1, 33))) == "[1, 2, 3, ..., 32] (32 values)"
+    assert shown_value(list(range(1, 33))) == "[1, 2, 3, ..., 32] (32 values)"
 
 
 def test_the_probe_takes_the_comment_of_the_statement_or_its_branch_never_a_siblings(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sglperf.model.resolution import Decision, FieldChange, Resolution, Write
-from sglperf.sglang.config_fields import concern_of, concern_rank, container_of, flatten, turns_off
+from sglperf.sglang.config_fields import concern_of, concern_rank, container_of, flatten, newest_names, turns_off
 from sglperf.sglang.intents import ParserInfo
 from sglperf.sglang.server_api import IDENTITY_FIELDS
 
@@ -139,10 +139,16 @@ def field_changes(
     """Fields whose effective values differ, by concern (most performance-relevant first) and name; a
     field only one side has is a change too (a release added or removed it)."""
     flat_before, flat_after = flatten(before, leave_out), flatten(after, leave_out)
+    # A setting one side names the old way (0.5.13's cuda_graph_max_bs) compares under its newest name.
+    renamed = {**newest_names(flat_before), **newest_names(flat_after)}
+    named_before = {renamed.get(k, k): k for k in flat_before}
+    named_after = {renamed.get(k, k): k for k in flat_after}
     changes = []
-    for path in sorted(flat_before.keys() | flat_after.keys(), key=lambda p: (concern_rank(p), p)):
-        old, new = flat_before.get(path), flat_after.get(path)
-        if path in flat_before and path in flat_after and old == new:
+    for path in sorted(named_before.keys() | named_after.keys(), key=lambda p: (concern_rank(p), p)):
+        was_name, now_name = named_before.get(path), named_after.get(path)
+        old = flat_before[was_name] if was_name is not None else None
+        new = flat_after[now_name] if now_name is not None else None
+        if was_name is not None and now_name is not None and old == new:
             continue
         changes.append(
             FieldChange(
@@ -150,10 +156,11 @@ def field_changes(
                 concern_of(path),
                 old,
                 new,
-                _last_write(writes_before, path),
-                _last_write(writes_after, path),
-                absent_before=path not in flat_before,
-                absent_after=path not in flat_after,
+                _last_write(writes_before, was_name) if was_name else None,
+                _last_write(writes_after, now_name) if now_name else None,
+                absent_before=was_name is None,
+                absent_after=now_name is None,
+                name_before=was_name if was_name != path else None,
             )
         )
     return changes

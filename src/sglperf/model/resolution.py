@@ -40,6 +40,17 @@ class Write:
         return describe_rule(self.rule, self.where, self.conditions, self.comment, comment_chars)
 
 
+VALUE_CHARS = 70
+
+
+def shown_value(value: Any) -> str:
+    """A field's value in a line: long lists by their ends and length (``[1, 2, 3, ..., 32] (20 values)``)."""
+    if isinstance(value, list) and len(value) > 6:
+        return f"[{', '.join(map(repr, value[:3]))}, ..., {value[-1]!r}] ({len(value)} values)"
+    text = repr(value)
+    return text if len(text) <= VALUE_CHARS else text[: VALUE_CHARS - 3] + "..."
+
+
 def describe_rule(rule: str, where: str, conditions: Sequence[str], comment: str, comment_chars: int = 160) -> str:
     """One line: ``_handle_piecewise_cuda_graph (server_args.py:1376), under `if self....is_multimodal`,
     "8. Multimodal / VLM models"``. Guards of the form ``x is None`` ("unless set") are left out: they
@@ -82,6 +93,11 @@ class FieldChange:
     absent_after: bool = False
     asked_before: str | None = None  # the flag that asked for the before side's value, if one did
     asked_after: str | None = None
+    name_before: str | None = None  # the before side's older name for the setting (cuda_graph_max_bs)
+
+    @property
+    def named(self) -> str:
+        return f"{self.name_before} -> {self.field}" if self.name_before else self.field
 
 
 # The error type of a variant whose resolution passed but whose start-up SGLang would refuse on the

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 
-from sglperf.errors import SglperfError
 from sglperf.judge.decisions import (
     asked_values,
     config_and_model,
@@ -19,16 +18,12 @@ from sglperf.judge.decisions import (
     field_changes,
     without_flag,
 )
-from sglperf.model.deployment import Deployment
+from sglperf.model.deployment import Deployment, DeploymentError
 from sglperf.model.explanation import Explanation, FlagEffect, VariantComparison
 from sglperf.model.resolution import FieldChange
 from sglperf.preflight.check import PREFLIGHT_FLAGS, VariantCheck, check, config_digest
-from sglperf.preflight.resolver import Resolver
+from sglperf.preflight.resolver import PreflightError, Resolver
 from sglperf.sglang.intents import ParserInfo
-
-
-class ExplainError(SglperfError, ValueError):
-    """A variant to explain or compare against that the deployment does not have."""
 
 
 def _failure(c: VariantCheck) -> str | None:
@@ -90,7 +85,7 @@ def explain(
     known = [v.id for v in deployment.variants]
     for wanted in [*variant_ids, *([against] if against else [])]:
         if wanted not in known:
-            raise ExplainError(f"{deployment.path}: no variant {wanted!r}; its variants: {', '.join(known)}")
+            raise DeploymentError(f"{deployment.path}: no variant {wanted!r}; its variants: {', '.join(known)}")
     parser = resolver.release().parser
     checks = {c.variant.id: c for c in check(deployment, resolver, [*variant_ids, *([against] if against else [])])}
     reference = checks.get(against) if against else None
@@ -106,7 +101,7 @@ def explain(
         if reference is not None and reference is not c:
             reference_failure = _failure(reference)
             if reference_failure is not None:
-                raise ExplainError(f"{deployment.key}: cannot compare with {against}: {reference_failure}")
+                raise PreflightError(f"{deployment.key}: cannot compare with {against}: {reference_failure}")
             comparison = _compare(deployment, resolver, parser, reference, c)
         found.append(
             Explanation(

@@ -6,20 +6,9 @@ import dataclasses
 import json
 from collections.abc import Sequence
 from itertools import groupby
-from typing import Any
 
 from sglperf.model.explanation import Explanation, FlagEffect
-from sglperf.model.resolution import Decision, FieldChange, Write
-
-VALUE_CHARS = 70
-
-
-def shown(value: Any) -> str:
-    """A value in a line: long lists by their ends and length (``[1, 2, 3, ..., 32] (20 values)``)."""
-    if isinstance(value, list) and len(value) > 6:
-        return f"[{', '.join(map(repr, value[:3]))}, ..., {value[-1]!r}] ({len(value)} values)"
-    text = repr(value)
-    return text if len(text) <= VALUE_CHARS else text[: VALUE_CHARS - 3] + "..."
+from sglperf.model.resolution import Decision, FieldChange, Write, shown_value
 
 
 def _rule(write: Write | None) -> str:
@@ -27,14 +16,14 @@ def _rule(write: Write | None) -> str:
 
 
 def _decision(d: Decision) -> list[str]:
-    was = f"asked {shown(d.was)}, SGLang set it" if d.asked else f"default {shown(d.was)}"
-    return [f"  {d.field} = {shown(d.value)}  ({was})", f"      {_rule(d.rule)}"]
+    was = f"asked {shown_value(d.was)}, SGLang set it" if d.asked else f"default {shown_value(d.was)}"
+    return [f"  {d.field} = {shown_value(d.value)}  ({was})", f"      {_rule(d.rule)}"]
 
 
 def _change(c: FieldChange, before: str, after: str) -> list[str]:
-    old = "(absent)" if c.absent_before else shown(c.before)
-    new = "(absent)" if c.absent_after else shown(c.after)
-    lines = [f"  {c.field}: {old} -> {new}"]
+    old = "(absent)" if c.absent_before else shown_value(c.before)
+    new = "(absent)" if c.absent_after else shown_value(c.after)
+    lines = [f"  {c.named}: {old} -> {new}"]
     for side, asked, rule in ((before, c.asked_before, c.rule_before), (after, c.asked_after, c.rule_after)):
         if asked:
             lines.append(f"      {side}: asked by {asked}")
@@ -50,12 +39,12 @@ def _flag(effect: FlagEffect) -> list[str]:
         return [f"  {effect.flag}: changes nothing (the same effective config without it)"]
     if effect.only_its_own_field:
         c = effect.changes[0]
-        return [
-            f"  {effect.flag}: changes only its own field ({c.field} {shown(c.before)} -> {shown(c.after)}): "
-            "no other effective field moves"
-        ]
+        own = f"{c.field} {shown_value(c.before)} -> {shown_value(c.after)}"
+        return [f"  {effect.flag}: changes only its own field ({own}): no other effective field moves"]
     fields = ", ".join(
-        f"{c.field} {shown(c.before)} -> {shown(c.after)}" for c in effect.changes if c.field != effect.field
+        f"{c.field} {shown_value(c.before)} -> {shown_value(c.after)}"
+        for c in effect.changes
+        if c.field != effect.field
     )
     return [f"  {effect.flag}: {fields}"]
 

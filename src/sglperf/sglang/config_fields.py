@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sglperf.sglang.intents import DecodeCudaGraph, PrefillCudaGraph
 from sglperf.sglang.server_api import IDENTITY_FIELDS
 
 
@@ -91,3 +92,18 @@ def flatten(
 def container_of(path: str) -> str:
     """The top-level field a dotted path lives in (``cuda_graph_config`` for ``cuda_graph_config.decode.bs``)."""
     return path.split(".", 1)[0]
+
+
+# One setting under the names releases gave it, the newest first: a release pair that renamed a field
+# compares its values, not an "absent" on each side.
+SAME_SETTING = (
+    DecodeCudaGraph.SIZES_FIELDS,
+    DecodeCudaGraph.MAX_BS_FIELDS[:2],
+    PrefillCudaGraph.SIZES_FIELDS,
+    PrefillCudaGraph.MAX_TOKENS_FIELDS,
+)
+
+
+def newest_names(flat: Mapping[str, Any]) -> dict[str, str]:
+    """Fields of ``flat`` under an older name of a setting whose newest name it lacks: old -> newest."""
+    return {old: group[0] for group in SAME_SETTING if group[0] not in flat for old in group[1:] if old in flat}

@@ -192,6 +192,9 @@ class PrefillCudaGraph(_Boolean):
     ENABLE_FLAG = "--enable-piecewise-cuda-graph"
     DISABLE_FIELD = "disable_piecewise_cuda_graph"
     ENABLE_FIELD = "enable_piecewise_cuda_graph"
+    # The token sizes the graph is captured for, and the largest: nested (0.5.14+) or flat (0.5.13).
+    SIZES_FIELDS = ("cuda_graph_config.prefill.bs", "piecewise_cuda_graph_tokens")
+    MAX_TOKENS_FIELDS = ("cuda_graph_config.prefill.max_bs", "piecewise_cuda_graph_max_tokens")
 
     fields = ("cuda_graph_config", DISABLE_FIELD, ENABLE_FIELD, "enforce_piecewise_cuda_graph")
     log_keywords = ("piecewise", "prefill cuda graph", "breakable cuda graph", "prefill cudagraph")
