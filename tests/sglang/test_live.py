@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from ..support.project import NEW_SGLANG, QWEN36, SglangPython, make_project, shared_model, with_workloads
-from ..support.quiet_host import QUIET_WAIT, skip_if_the_host_stayed_busy
+from ..support.quiet_host import QUIET_WAIT, judged_on_a_quiet_host, skip_if_the_host_stayed_busy
 
 # Most of these tests run beside others under pytest-xdist: they check what a run says and leaves behind,
 # and those that measure rounds turn the host-load guard off (--max-host-load=1) or fail in the first
@@ -326,25 +326,27 @@ def test_ctrl_c_mid_measurement_stops_the_server_at_once(
     def measuring() -> bool:
         return log.is_file() and "Decode batch" in log.read_text(errors="replace")
 
-    proc = subprocess.Popen(args, cwd=project.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    try:
-        _wait_for(lambda: measuring() or proc.poll() is not None, timeout=120)
-        assert proc.poll() is None, proc.communicate()[0].decode(errors="replace")[-3000:]
-        time.sleep(1.0)  # well inside the first round
-        os.kill(proc.pid, signal.SIGINT)
-        sent, sent_wall = time.monotonic(), time.time()
-        out, _ = proc.communicate(timeout=30)
-        took = time.monotonic() - sent
-    finally:
-        proc.kill()
-        proc.wait()
-    assert not _emulators_under(project.path)
-    said = out.decode(errors="replace")
-    stopped = re.search(r"# sglperf: stopped at ([\d.]+)", log.read_text())
-    assert stopped, log.read_text()[-2000:]
-    # The server's stop is the run giving in; pytest's own interrupt report and exit come after it.
-    assert float(stopped.group(1)) - sent_wall < SERVER_STOPPED_S, said[-3000:]
-    assert took < EXITED_S, f"{took:.1f} s from Ctrl-C to exit:\n{said[-3000:]}"
+    # Bounds on how quick: judged only when the rest of the machine left it the CPU.
+    with judged_on_a_quiet_host():
+        proc = subprocess.Popen(args, cwd=project.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        try:
+            _wait_for(lambda: measuring() or proc.poll() is not None, timeout=120)
+            assert proc.poll() is None, proc.communicate()[0].decode(errors="replace")[-3000:]
+            time.sleep(1.0)  # well inside the first round
+            os.kill(proc.pid, signal.SIGINT)
+            sent, sent_wall = time.monotonic(), time.time()
+            out, _ = proc.communicate(timeout=30)
+            took = time.monotonic() - sent
+        finally:
+            proc.kill()
+            proc.wait()
+        assert not _emulators_under(project.path)
+        said = out.decode(errors="replace")
+        stopped = re.search(r"# sglperf: stopped at ([\d.]+)", log.read_text())
+        assert stopped, log.read_text()[-2000:]
+        # The server's stop is the run giving in; pytest's own interrupt report and exit come after it.
+        assert float(stopped.group(1)) - sent_wall < SERVER_STOPPED_S, said[-3000:]
+        assert took < EXITED_S, f"{took:.1f} s from Ctrl-C to exit:\n{said[-3000:]}"
     assert "KeyboardInterrupt" in said and "measurements" not in said  # stopped, not finished
 
 
@@ -380,22 +382,23 @@ def test_ctrl_c_while_the_probe_imports_sglang_ends_it_at_once(
             if any(arg.endswith("preflight/probe.py") for arg in p.info["cmdline"] or []) and p.ppid() == proc.pid
         ]
 
-    proc = subprocess.Popen(args, cwd=project.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    try:
-        _wait_for(lambda: bool(probes()) or proc.poll() is not None, timeout=120)
-        (probe,) = probes()
-        time.sleep(0.5)  # SGLang's import takes seconds
-        assert not (project.path / "cold-cache").exists() or not any((project.path / "cold-cache").rglob("*.json"))
-        os.kill(proc.pid, signal.SIGINT)
-        sent = time.monotonic()
-        out, _ = proc.communicate(timeout=60)
-        took = time.monotonic() - sent
-    finally:
-        proc.kill()
-        proc.wait()
-    assert not psutil.pid_exists(probe) or psutil.Process(probe).status() == psutil.STATUS_ZOMBIE
-    # measured 1.1 s; 5.3 s when the busy probe was asked to close and waited for
-    assert took < 3.0, f"{took:.1f} s from Ctrl-C to exit:\n{out.decode(errors='replace')[-3000:]}"
+    with judged_on_a_quiet_host():
+        proc = subprocess.Popen(args, cwd=project.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        try:
+            _wait_for(lambda: bool(probes()) or proc.poll() is not None, timeout=120)
+            (probe,) = probes()
+            time.sleep(0.5)  # SGLang's import takes seconds
+            assert not (project.path / "cold-cache").exists() or not any((project.path / "cold-cache").rglob("*.json"))
+            os.kill(proc.pid, signal.SIGINT)
+            sent = time.monotonic()
+            out, _ = proc.communicate(timeout=60)
+            took = time.monotonic() - sent
+        finally:
+            proc.kill()
+            proc.wait()
+        assert not psutil.pid_exists(probe) or psutil.Process(probe).status() == psutil.STATUS_ZOMBIE
+        # measured 1.1 s; 5.3 s when the busy probe was asked to close and waited for
+        assert took < 3.0, f"{took:.1f} s from Ctrl-C to exit:\n{out.decode(errors='replace')[-3000:]}"
 
 
 # Measured 0.8 s on a 2-CPU Xeon, 1.0-1.7 s on a 2-CPU EPYC VM; the mid-round round had 15 s to go.
