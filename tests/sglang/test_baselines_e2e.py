@@ -158,3 +158,22 @@ def test_runner_thresholds_cover_every_workload_and_a_workloads_own_win(suite: S
     slower.assert_outcomes(passed=1, failed=1)
     slower.stdout.fnmatch_lines(["*decode-strict-c1*", "*decode_tok_s regressed*threshold 3%*"])
     slower.stdout.fnmatch_lines(["PASSED*-decode-chat-c1", "FAILED*-decode-strict-c1*"])
+
+
+def test_a_baseline_under_other_effective_args_names_the_fields_that_changed(suite: Suite) -> None:
+    suite("--update-baselines", UNGUARDED).assert_outcomes(passed=1)
+    stored = store.load(_baseline_file(suite.path)).provenance.effective_args
+    assert stored is not None and stored["chunked_prefill_size"] == 4096  # SGLang's rule for 48 GB at TP 2
+    deployment = suite.path / "deployments" / "qwen36.toml"
+    asked = "request = { prefill_cuda_graph = true }\n"
+    deployment.write_text(
+        deployment.read_text().replace(asked, asked + 'flags = ["--chunked-prefill-size", "8192"]\n', 1)
+    )
+    compared = suite(UNGUARDED)
+    compared.stdout.fnmatch_lines(
+        # The graphs first: the flag moved the prefill graph's largest token size with the chunk size.
+        [
+            "*note: effective server args changed since the baseline: cuda_graph_config.prefill.bs *, "
+            "cuda_graph_config.prefill.max_bs 4096 -> 8192, chunked_prefill_size 4096 -> 8192"
+        ]
+    )

@@ -387,7 +387,11 @@ def test_real_retractions_are_counted_per_round_and_named(plain: Plain, tmp_path
     the watched series is named as moved, as a failing measurement's line would."""
     workload = plain.deployment.workloads[0].model_copy(update={"repeats": 3, "output_len": 48, "warmup": 0})
     quiet = plain.live.measure(plain.deployment, plain.variant, workload, 2)
+    # Started with one flag more, which changes one effective field: its records name it against the plain
+    # server's, from what each real server's /server_info said.
     retracting = plain.deployment.with_launch_env({"SGLANG_TEST_RETRACT": "1"})
+    launch = retracting.launch.model_copy(update={"extra_flags": [*retracting.launch.extra_flags, *SCHEDULE_LPM]})
+    retracting = retracting.model_copy(update={"launch": launch})
     options = LiveOptions(
         results_dir=tmp_path / "results", baselines_dir=tmp_path / "b", update_baselines=True, root=ROOT
     )
@@ -404,6 +408,11 @@ def test_real_retractions_are_counted_per_round_and_named(plain: Plain, tmp_path
     assert "Testing retraction. #retracted_reqs: 1" in log  # SGLang's own line for it
     moved = server_moves.moved_series(quiet.server_metrics.series, record.server_metrics.series)
     assert moved and moved[0].startswith("retracted requests per round rose from 0 to "), moved
+    note = store.effective_args_note(quiet.provenance, record.provenance)
+    assert note == "effective server args changed since the baseline: schedule_policy 'fcfs' -> 'lpm'", note
+
+
+SCHEDULE_LPM = ("--schedule-policy", "lpm")  # not SGLang's default (fcfs); orders the queue, not the batch
 
 
 def test_a_busy_neighbour_is_named_not_blamed_on_sglang(plain: Plain) -> None:

@@ -83,6 +83,26 @@ def test_identity_and_context() -> None:
         "effective server args changed since the baseline",
         "prompt set changed since the baseline",
     ]
+    # With the fields kept, the note names them, most performance-relevant first, and counts the rest.
+    fields = {"chunked_prefill_size": 4096, "disable_overlap_schedule": False, "cuda_graph_config.decode.max_bs": 32}
+    kept = stored.model_copy(update={"provenance": provenance(effective_args=fields)})
+    now = {
+        **fields,
+        "chunked_prefill_size": 8192,
+        "cuda_graph_config.decode.max_bs": 48,
+        "grammar_backend": "x",
+        "a": 1,
+    }
+    (note,) = store.context_notes(
+        kept,
+        entry := kept.entries["decode-chat@c1"],
+        provenance(effective_args_digest="def", effective_args=now),
+        entry.prompt_digest,
+    )
+    assert note == (
+        "effective server args changed since the baseline: cuda_graph_config.decode.max_bs 32 -> 48, "
+        "chunked_prefill_size 4096 -> 8192, grammar_backend (absent) -> 'x' (+1 more)"
+    )
     # The KV pool: noted beyond 5%, not for the few hundred tokens two starts differ by.
     pooled = stored.model_copy(update={"provenance": provenance(kv_pool_tokens=1_045_353)})
     entry = stored.entries["decode-chat@c1"]

@@ -17,9 +17,12 @@ from filelock import FileLock
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sglperf.errors import SglperfError
+from sglperf.judge.decisions import field_changes
 from sglperf.model.deployment import LoadPoint
 from sglperf.model.files import os_problem, read_input, write_text_atomic
 from sglperf.model.measurement import Provenance, SampleSummary
+from sglperf.model.resolution import shown_value
+from sglperf.sglang.server_api import LAUNCH_SPECIFIC_FIELDS
 
 SCHEMA_VERSION = 1
 # A KV pool change noted beside the verdict. SGLang sizes the pool from the memory free at start: two
@@ -298,6 +301,27 @@ def identity_problems(baseline: Baseline, current: Provenance) -> list[str]:
     return problems
 
 
+# Fields named in a baseline's note, most performance-relevant first; the rest are counted.
+NOTE_FIELDS = 3
+
+
+def effective_args_note(baseline: Provenance, current: Provenance) -> str:
+    """``effective server args changed since the baseline: chunked_prefill_size 4096 -> 8192, ... (+2 more)``."""
+    said = "effective server args changed since the baseline"
+    if baseline.effective_args is None or current.effective_args is None:
+        return said
+    changes = field_changes(baseline.effective_args, current.effective_args, leave_out=LAUNCH_SPECIFIC_FIELDS)
+    if not changes:
+        return said
+    shown = [
+        f"{c.named} {'(absent)' if c.absent_before else shown_value(c.before)} -> "
+        f"{'(absent)' if c.absent_after else shown_value(c.after)}"
+        for c in changes[:NOTE_FIELDS]
+    ]
+    more = f" (+{len(changes) - NOTE_FIELDS} more)" if len(changes) > NOTE_FIELDS else ""
+    return f"{said}: {', '.join(shown)}{more}"
+
+
 def context_notes(baseline: Baseline, entry: Entry, current: Provenance, prompt_digest: str) -> list[str]:
     """Changes that explain a difference, shown next to the verdict."""
     b = baseline.provenance
@@ -305,7 +329,7 @@ def context_notes(baseline: Baseline, entry: Entry, current: Provenance, prompt_
     if b.sglang_version != current.sglang_version:
         notes.append(f"SGLang {b.sglang_version} -> {current.sglang_version}")
     if b.effective_args_digest != current.effective_args_digest:
-        notes.append("effective server args changed since the baseline")
+        notes.append(effective_args_note(b, current))
     if b.kv_pool_tokens and current.kv_pool_tokens:
         change = current.kv_pool_tokens / b.kv_pool_tokens - 1
         if abs(change) > KV_POOL_NOTE_CHANGE:

@@ -7,7 +7,7 @@ per-request record under "result", which sglperf writes for people and tools but
 from __future__ import annotations
 
 from enum import Enum
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -39,6 +39,10 @@ class Provenance(_Strict):
     git_commit: str = "unknown"
     date: str
     effective_args_digest: str
+    # The effective args themselves, flattened (cuda_graph_config.decode.max_bs), without what differs
+    # between two launches: a baseline's note names the fields that changed. None: recorded before
+    # sglperf kept them (the digest alone says that something changed).
+    effective_args: dict[str, Any] | None = None
     launch_command: str
     dummy_weights: bool = False
     kv_pool_tokens: int | None = None  # the KV cache pool SGLang sized at start; None: not served

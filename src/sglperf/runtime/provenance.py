@@ -15,6 +15,7 @@ from typing import Any
 from sglperf.model.measurement import Provenance
 from sglperf.model.server_facts import ServerFacts
 from sglperf.runtime import gpus
+from sglperf.sglang.config_fields import flatten
 from sglperf.sglang.flags import LOAD_FORMAT_FLAG
 from sglperf.sglang.metrics_catalogue import METRICS_FIELD
 from sglperf.sglang.processes import run_bounded
@@ -94,6 +95,7 @@ def provenance(
         git_commit=_git_commit(str(root)),
         date=_dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat(),
         effective_args_digest=effective_digest(facts.effective),
+        effective_args=flatten(facts.effective, LAUNCH_SPECIFIC_FIELDS),
         launch_command=launch_command,
         dummy_weights=uses_dummy_weights(argv),
         kv_pool_tokens=_kv_pool_tokens(facts.effective),
