@@ -1,5 +1,6 @@
-"""Wall time of `sglperf preflight DEPLOYMENT` from command to verdict, cold and warm cache, and of
-`sglperf --help`.
+"""Wall time of `sglperf preflight DEPLOYMENT` from command to verdict, cold and warm cache, of
+`sglperf explain DEPLOYMENT --variant V --against R` (the comparison resolves V again without each flag
+it adds), and of `sglperf --help`.
 
 Cold: a fresh preflight cache, so SGLang is imported and every variant resolved (the environment
 itself is already built). Warm: the same command again, served from the cache: what is left is the
@@ -43,22 +44,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sglang", default="0.5.23")
     parser.add_argument("--deployment", default="deployments/qwen36.toml")
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--variant", default="mtp3-full", help="explain this variant ...")
+    parser.add_argument("--against", default="mtp3-defaults", help="... against this one")
     _docs_table.add_flag(parser)
     args = parser.parse_args(argv)
     sglperf = str(Path(sys.executable).with_name("sglperf"))
     cmd = [sglperf, "preflight", args.deployment, "--sglang", args.sglang]
-    cold, warm, help_ = [], [], []
+    explain = [sglperf, "explain", args.deployment, "--sglang", args.sglang, "--variant", args.variant]
+    explain += ["--against", args.against]
+    cold, warm, explain_cold, explain_warm, help_ = [], [], [], [], []
     for _ in range(args.runs):
         with tempfile.TemporaryDirectory() as cache:
             env = {**os.environ, "SGLPERF_PREFLIGHT_CACHE": cache}
             cold.append(_time(cmd, env))
             warm.append(_time(cmd, env))
             help_.append(_time([sglperf, "--help"], env))
+        with tempfile.TemporaryDirectory() as cache:
+            env = {**os.environ, "SGLPERF_PREFLIGHT_CACHE": cache}
+            explain_cold.append(_time(explain, env))
+            explain_warm.append(_time(explain, env))
     print(f"`{' '.join(['sglperf', *cmd[1:]])}`, {args.runs} runs, {os.cpu_count()} cores\n")
     print("| cache | median s | min s | max s |\n|---|---:|---:|---:|")
     rows = (
         ("cold (SGLang imported, all variants resolved)", cold),
         ("warm (served from cache)", warm),
+        (f"`sglperf explain --variant {args.variant} --against {args.against}`, cold", explain_cold),
+        ("the same explain, warm", explain_warm),
         ("`sglperf --help`", help_),
     )
     for name, xs in rows:

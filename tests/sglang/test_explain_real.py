@@ -13,9 +13,10 @@ from ..support.project import NEW_SGLANG, OLD_SGLANG, QWEN36, ROOT, SglangPython
 SGLPERF = str(Path(sys.executable).with_name("sglperf"))
 
 
-def _explain(python: str, *args: str) -> subprocess.CompletedProcess[str]:
+def _explain(sglang_python: SglangPython, version: str, *args: str) -> subprocess.CompletedProcess[str]:
+    sglang_python(version)  # built by the fixture; the command then finds it as a user's would
     return subprocess.run(
-        [SGLPERF, "explain", str(QWEN36), "--python", python, *args],
+        [SGLPERF, "explain", str(QWEN36), "--sglang", version, *args],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -24,7 +25,7 @@ def _explain(python: str, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_multimodal_rule_that_turned_the_prefill_graph_off_is_named_first(sglang_python: SglangPython) -> None:
-    old = _explain(sglang_python(OLD_SGLANG), "--variant", "mtp3-defaults")
+    old = _explain(sglang_python, OLD_SGLANG, "--variant", "mtp3-defaults")
     assert old.returncode == 0, old.stderr
     lines = old.stdout.splitlines()
     assert lines[0] == f"qwen36 / mtp3-defaults on SGLang {OLD_SGLANG}"
@@ -36,7 +37,7 @@ def test_the_multimodal_rule_that_turned_the_prefill_graph_off_is_named_first(sg
     assert "  cuda_graph_max_bs = 32  (default None)" in lines
     assert any("A100 (40GB), L40" in line and "`if self.tp_size < 4`" in line for line in lines)
 
-    new = _explain(sglang_python(NEW_SGLANG), "--variant", "mtp3-defaults", "--json")
+    new = _explain(sglang_python, NEW_SGLANG, "--variant", "mtp3-defaults", "--json")
     assert new.returncode == 0, new.stderr
     (record,) = json.loads(new.stdout)
     fields = {d["field"]: d for d in record["decisions"]}
@@ -48,7 +49,7 @@ def test_the_multimodal_rule_that_turned_the_prefill_graph_off_is_named_first(sg
 
 
 def test_against_the_defaults_each_flag_shows_what_it_changed(sglang_python: SglangPython) -> None:
-    old = _explain(sglang_python(OLD_SGLANG), "--variant", "mtp3-full", "--against", "mtp3-defaults")
+    old = _explain(sglang_python, OLD_SGLANG, "--variant", "mtp3-full", "--against", "mtp3-defaults")
     assert old.returncode == 0, old.stderr
     text = old.stdout
     assert "Against mtp3-defaults:" in text and "Turned off by SGLang:" not in text
@@ -59,7 +60,7 @@ def test_against_the_defaults_each_flag_shows_what_it_changed(sglang_python: Sgl
     assert "--enable-single-batch-overlap: changes only its own field" in text
     assert '--json-model-override-args {"language_model_only": true}: changes only its own field' in text
 
-    new = _explain(sglang_python(NEW_SGLANG), "--variant", "mtp3-full", "--against", "mtp3-defaults", "--json")
+    new = _explain(sglang_python, NEW_SGLANG, "--variant", "mtp3-full", "--against", "mtp3-defaults", "--json")
     assert new.returncode == 0, new.stderr
     (record,) = json.loads(new.stdout)
     effects = {e["flag"].split()[0]: e for e in record["comparison"]["flags"]}

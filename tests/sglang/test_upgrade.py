@@ -39,6 +39,13 @@ def test_upgrade_names_removed_piecewise_flags_and_changed_prefill_default(sglan
     vision = next(ln for ln in out.splitlines() if "mtp3-full" in ln and "vision_weights_skipped" in ln)
     assert "inert->pass" in vision  # 0.5.23's ModelConfig reads the override; 0.5.13 built the tower anyway
     assert "pynvml" not in out  # an artefact of the CPU simulation, not an SGLang change
+    # Under the intents: the fields, with the rule on each side; the graph sizes, renamed, are no change.
+    lines = out.splitlines()
+    at = lines.index("  qwen36/mtp3-defaults:")
+    assert lines[at + 1] == "    disable_piecewise_cuda_graph: True -> (absent)"
+    assert lines[at + 2].startswith("        0.5.13: _handle_piecewise_cuda_graph (server_args.py:")
+    assert lines[at + 2].endswith('"8. Multimodal / VLM models"')
+    assert not any("cuda_graph_max_bs" in ln for ln in lines)
 
 
 def test_downgrade_would_break_and_exits_non_zero_json(sglang_python: SglangPython) -> None:
