@@ -146,7 +146,22 @@ def cmd_upgrade_check(args: argparse.Namespace) -> int:
     new_version, new_parser, new_checks = _check_all(deployments, new_python)
     assert old_parser is not None and new_parser is not None  # discover() raises on no deployments
     report = upgrade.compare_releases(old_version, new_version, old_parser, new_parser, old_checks, new_checks)
-    print(json.dumps(report.to_record(), indent=2, sort_keys=True) if args.json else upgrade.render(report))
+    record = report.to_record()
+    text = upgrade.render(report)
+    if args.walk:
+        steps = [upgrade.ReleaseStep(old_version, old_parser, tuple(old_checks))]
+        for version in envs.releases_between(old_version, new_version, _say):
+            _say(f"resolving with SGLang {version} (the walk)")
+            try:
+                between, parser, checks = _check_all(deployments, envs.choose_python(None, version, _say))
+                steps.append(upgrade.ReleaseStep(between, parser, tuple(checks)))
+            except SglperfError as exc:  # one release that cannot be built or resolved does not end the walk
+                steps.append(upgrade.ReleaseStep(version, None, (), str(exc).splitlines()[0]))
+        steps.append(upgrade.ReleaseStep(new_version, new_parser, tuple(new_checks)))
+        walk = upgrade.walk_releases(steps, report)
+        record["walk"] = walk.to_record()
+        text += "\n" + upgrade.render_walk(walk)
+    print(json.dumps(record, indent=2, sort_keys=True) if args.json else text)
     _say(f"upgrade-check took {time.perf_counter() - started:.1f} s")
     return EXIT_CHECK_FAILED if report.breaking else 0
 
@@ -380,6 +395,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--from", dest="from_version", metavar="VERSION", help="the release in use (managed environment)"
     )
     source.add_argument("--python", help="interpreter of the SGLang environment in use (default: this one)")
+    p.add_argument(
+        "--walk",
+        action="store_true",
+        help="also resolve every release in between (managed environments, built on first use): where each "
+        "change happened, with the rule there, and the flags' replacement chains from their own deprecations",
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_upgrade_check)
 

@@ -11,9 +11,11 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from itertools import groupby, pairwise
 from typing import Any
 
 from sglperf.judge.decisions import config_and_model, decisions, field_changes
+from sglperf.judge.intent import explain as explain_intent
 from sglperf.model.resolution import FieldChange, shown_value
 from sglperf.model.verdict import Status
 from sglperf.preflight import VariantCheck
@@ -298,4 +300,168 @@ def render(report: UpgradeReport) -> str:
         f"{len(report.changed)} intents change, {len(report.breaking)} would fail with {t}, "
         f"{len(report.flags)} flag changes",
     ]
+    return "\n".join(lines)
+
+
+# --- The walk: the releases in between, resolved in turn ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReleaseStep:
+    """One release of a walk, as it resolved the deployments (or why it could not)."""
+
+    version: str
+    parser: ParserInfo | None
+    checks: tuple[VariantCheck, ...] = ()
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Transition:
+    """A value that changed from one walked release to the next, and the rule that set it there."""
+
+    deployment: str
+    variant: str
+    what: str  # "intent prefill_cuda_graph" or a field path
+    release: str  # the first release with the new value
+    before: str
+    after: str
+    rule: str = ""
+
+
+@dataclass(frozen=True)
+class FlagLink:
+    release: str  # where the release's own parser names the replacement
+    flag: str
+    replacement: str
+    release_says: str | None = None
+
+
+@dataclass
+class WalkReport:
+    from_version: str
+    to_version: str
+    walked: list[str] = field(default_factory=list)  # every release resolved, in order
+    unresolved: list[str] = field(default_factory=list)  # "0.5.17: why"
+    transitions: list[Transition] = field(default_factory=list)
+    chains: dict[str, list[FlagLink]] = field(default_factory=dict)  # a flag the target lacks -> its links
+
+    def to_record(self) -> dict[str, Any]:
+        return {
+            "from": self.from_version,
+            "to": self.to_version,
+            "walked": self.walked,
+            "unresolved": self.unresolved,
+            "transitions": [asdict(t) for t in self.transitions],
+            "chains": {flag: [asdict(link) for link in links] for flag, links in self.chains.items()},
+        }
+
+
+def _intent_values(check: VariantCheck) -> dict[str, str]:
+    return {v.intent: str(v.actual) for v in check.verdicts}
+
+
+def _intent_rule(name: str, check: VariantCheck) -> str:
+    """Why the intent reads as it does on this release: the SGLang rule that set its field, else the field
+    itself (a value no rule wrote: the release's own default changed)."""
+    args = check.resolution.effective_args if check.resolution else None
+    if args is None:
+        return ""
+    intent = INTENTS[name]
+    try:
+        reading = intent.read(args.fields, args.model)
+    except (KeyError, TypeError):
+        return ""
+    rules = [r for r in explain_intent(intent, args, reading.value) if r.startswith("SGLang rule")]
+    return rules[0] if rules else f"no rule wrote it: {reading.source}"
+
+
+def _flag_chain(flag: str, steps: Sequence[ReleaseStep]) -> list[FlagLink]:
+    """Follow ``flag`` through the releases' own deprecations: each release that deprecates the spelling in
+    hand and names its replacement is a link; the chain then follows the replacement."""
+    links: list[FlagLink] = []
+    current = flag
+    for step in steps:
+        if step.parser is None:
+            continue
+        option = step.parser.options.get(current)
+        if option is not None and option.deprecated and option.replacement:
+            replacement = option.replacement.split("=", 1)[0].split()[0]
+            links.append(FlagLink(step.version, current, option.replacement, option.deprecation_message))
+            current = replacement
+    return links
+
+
+def walk_releases(steps: Sequence[ReleaseStep], report: UpgradeReport) -> WalkReport:
+    """Each intent and each field of ``report``'s field diff, followed release by release: every
+    transition, with the rule at the release where it happened; and, for every flag the target removed,
+    the replacement chain the releases in between declared."""
+    walk = WalkReport(report.from_version, report.to_version)
+    walk.walked = [s.version for s in steps if s.error is None]
+    walk.unresolved = [f"{s.version}: {s.error}" for s in steps if s.error is not None]
+    resolved = [s for s in steps if s.error is None]
+    watched = {(f.deployment, f.variant): {c.field for c in f.changes} for f in report.fields}
+    for before, after in pairwise(resolved):
+        by_key = {(c.deployment.key, c.variant.id): c for c in after.checks}
+        for old in before.checks:
+            key = (old.deployment.key, old.variant.id)
+            new = by_key.get(key)
+            if new is None:
+                continue
+            then, now = _intent_values(old), _intent_values(new)
+            for intent, value in then.items():
+                if intent in now and now[intent] != value:
+                    rule = _intent_rule(intent, new)
+                    walk.transitions.append(
+                        Transition(*key, f"intent {intent}", after.version, value, now[intent], rule)
+                    )
+            if old.resolution is None or new.resolution is None:
+                continue
+            if old.resolution.effective is None or new.resolution.effective is None:
+                continue
+            for change in field_changes(
+                config_and_model(old.resolution),
+                config_and_model(new.resolution),
+                old.resolution.writes,
+                new.resolution.writes,
+            ):
+                if change.field not in watched.get(key, ()):
+                    continue
+                write = change.rule_after or change.rule_before
+                walk.transitions.append(
+                    Transition(
+                        *key,
+                        change.named,
+                        after.version,
+                        "(absent)" if change.absent_before else shown_value(change.before),
+                        "(absent)" if change.absent_after else shown_value(change.after),
+                        write.describe() if write else "",
+                    )
+                )
+    for flag_change in report.flags:
+        if flag_change.change in ("removed", "renamed"):
+            links = _flag_chain(flag_change.flag, steps)
+            if links:
+                walk.chains[flag_change.flag] = links
+    return walk
+
+
+def render_walk(walk: WalkReport) -> str:
+    lines = ["", f"Releases walked: {' -> '.join(walk.walked)}"]
+    lines += [f"  not resolved: {u}" for u in walk.unresolved]
+    if walk.chains:
+        lines += ["", "Flags the target lacks, through the releases' own deprecations"]
+        for flag, links in walk.chains.items():
+            said = " -> ".join(f"{link.replacement} (deprecated in {link.release})" for link in links)
+            lines.append(f"  {flag} -> {said}")
+    lines += ["", "Where each change happened (the first release with the new value, and its rule)"]
+    if not walk.transitions:
+        lines.append("  nothing the upgrade changes moved in between")
+    by_variant = sorted(walk.transitions, key=lambda t: (t.deployment, t.variant))  # stable: releases in order
+    for (deployment, variant), group in groupby(by_variant, key=lambda t: (t.deployment, t.variant)):
+        lines.append(f"  {deployment}/{variant}:")
+        for t in group:
+            lines.append(f"    {t.release}: {t.what}: {t.before} -> {t.after}")
+            if t.rule:
+                lines.append(f"        {t.rule[:300]}")
     return "\n".join(lines)

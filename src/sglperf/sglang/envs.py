@@ -228,6 +228,29 @@ def ensure_env(version: str, progress: Progress = silent) -> SGLangEnv:
     return env
 
 
+def releases_between(older: str, newer: str, progress: Progress = silent) -> list[str]:
+    """The final releases of SGLang on the package index strictly between two versions, oldest first
+    (post releases left out: a walk is release by release)."""
+    cmd = [sys.executable, "-m", "pip", "index", "versions", "sglang"]
+    progress("  listing SGLang's releases: pip index versions sglang ...")
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    listed = next(
+        (ln.split(":", 1)[1] for ln in proc.stdout.splitlines() if ln.startswith("Available versions:")), None
+    )
+    if proc.returncode != 0 or listed is None:
+        raise EnvBuildError(f"could not list SGLang's releases (`{' '.join(cmd[2:])}`): {proc.stderr.strip()[-300:]}")
+    low, high = Version(older), Version(newer)
+    found = []
+    for text in listed.split(","):
+        try:
+            version = Version(text.strip())
+        except InvalidVersion:
+            continue
+        if low < version < high and not version.is_postrelease and not version.is_prerelease:
+            found.append(version)
+    return [str(v) for v in sorted(found)]
+
+
 def _download_wheel(version: str, folder: Path, progress: Progress) -> Path:
     cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", f"sglang=={version}", "-d", str(folder)]
     try:
