@@ -345,6 +345,7 @@ class WalkReport:
     unresolved: list[str] = field(default_factory=list)  # "0.5.17: why"
     transitions: list[Transition] = field(default_factory=list)
     chains: dict[str, list[FlagLink]] = field(default_factory=dict)  # a flag the target lacks -> its links
+    chain_ends_accepted: dict[str, bool] = field(default_factory=dict)  # does the target accept the chain's end
 
     def to_record(self) -> dict[str, Any]:
         return {
@@ -354,6 +355,7 @@ class WalkReport:
             "unresolved": self.unresolved,
             "transitions": [asdict(t) for t in self.transitions],
             "chains": {flag: [asdict(link) for link in links] for flag, links in self.chains.items()},
+            "chain_ends_accepted": self.chain_ends_accepted,
         }
 
 
@@ -443,6 +445,9 @@ def walk_releases(steps: Sequence[ReleaseStep], report: UpgradeReport) -> WalkRe
             links = _flag_chain(flag_change.flag, steps)
             if links:
                 walk.chains[flag_change.flag] = links
+                end = links[-1].replacement.split("=", 1)[0].split()[0]
+                target = steps[-1].parser
+                walk.chain_ends_accepted[flag_change.flag] = target is not None and target.canonical(end) is not None
     return walk
 
 
@@ -452,8 +457,13 @@ def render_walk(walk: WalkReport) -> str:
     if walk.chains:
         lines += ["", "Flags the target lacks, through the releases' own deprecations"]
         for flag, links in walk.chains.items():
-            said = " -> ".join(f"{link.replacement} (deprecated in {link.release})" for link in links)
-            lines.append(f"  {flag} -> {said}")
+            said = " -> ".join(f"{link.replacement} ({link.release} deprecated {link.flag} and named it)" for link in links)
+            end = (
+                f"accepted by {walk.to_version}"
+                if walk.chain_ends_accepted.get(flag)
+                else f"not accepted by {walk.to_version}"
+            )
+            lines.append(f"  {flag} -> {said}; {end}: change the deployment's flags")
     lines += ["", "Where each change happened (the first release with the new value, and its rule)"]
     if not walk.transitions:
         lines.append("  nothing the upgrade changes moved in between")

@@ -117,3 +117,23 @@ def test_the_upgrade_check_shows_the_cap_move_and_the_workload_covered(
     at = lines.index(f"    cuda_graph_config.decode.max_bs: {before} -> {after}")
     assert lines[at + 1].startswith("        0.5.19: handle_gpu_memory_settings (memory_hook.py:"), lines[at + 1]
     assert lines[at + 2].startswith("        0.5.20: handle_gpu_memory_settings (memory_hook.py:"), lines[at + 2]
+
+
+def test_the_walk_names_the_release_that_raised_the_cap(sglang_python: SglangPython, tmp_path: Path) -> None:
+    """0.5.19 -> 0.5.21 through 0.5.20: the cap moved at 0.5.20, by the memory tier's rule there."""
+    before, after = (_tier_cap(sglang_python(v))[1] for v in ("0.5.19", "0.5.20"))
+    path = tmp_path / "coverage.toml"
+    path.write_text(DEPLOYMENT)
+    proc = subprocess.run(
+        [SGLPERF, "upgrade-check", str(path), "--from", "0.5.19", "--to", "0.5.21", "--walk"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert "Releases walked: 0.5.19 -> 0.5.20 -> 0.5.21" in lines
+    at = lines.index(f"    0.5.20: cuda_graph_config.decode.max_bs: {before} -> {after}")
+    assert lines[at + 1].strip().startswith("handle_gpu_memory_settings (memory_hook.py:"), lines[at + 1]
+    assert "elif gpu_mem < 35 * 1024" in lines[at + 1]

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from ..support.project import NEW_SGLANG, OLD_SGLANG, QWEN36, ROOT, SglangPython, make_project
 
 # The last release that still accepts the breakable/piecewise flags, deprecated with their replacement.
@@ -91,3 +93,43 @@ def test_a_deprecated_then_removed_flag_gets_the_older_releases_own_replacement(
     assert (
         "is deprecated" in change["release_says"] and "--cuda-graph-backend-prefill=breakable" in change["release_says"]
     )
+
+
+WALKED_VARIANT = """
+[[variants]]
+id = "prefill-tokens"
+description = "the prefill graph's largest size, by 0.5.13's flag"
+flags = ["--piecewise-cuda-graph-max-tokens", "8192"]
+"""
+
+
+@pytest.mark.long  # ten releases resolved, eight environments built on first use (ci/selftest-long.sh)
+def test_the_walk_names_the_release_that_turned_the_prefill_graph_on_and_the_flags_replacement(
+    sglang_python: SglangPython, tmp_path: Path
+) -> None:
+    make_project(tmp_path, QWEN36.read_text() + WALKED_VARIANT)
+    sglang_python(OLD_SGLANG), sglang_python(NEW_SGLANG)
+    proc = subprocess.run(
+        [SGLPERF, "upgrade-check", "deployments/qwen36.toml", "--from", OLD_SGLANG, "--to", NEW_SGLANG, "--walk"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=3600,
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # single-batch overlap stays inert
+    lines = proc.stdout.splitlines()
+    walked = next(ln for ln in lines if ln.startswith("Releases walked: "))
+    assert walked.startswith(f"Releases walked: {OLD_SGLANG} -> 0.5.14 -> ") and walked.endswith(f" -> {NEW_SGLANG}")
+    # Read from each release's own parser: 0.5.14 deprecated the flag and named its replacement.
+    assert (
+        "  --piecewise-cuda-graph-max-tokens -> --cuda-graph-max-bs-prefill (0.5.14 deprecated "
+        f"--piecewise-cuda-graph-max-tokens and named it); accepted by {NEW_SGLANG}: change the deployment's flags"
+    ) in lines
+    for variant in ("mtp1", "mtp3-defaults"):
+        at = lines.index(
+            f"  qwen36/{variant}:",
+            lines.index("Where each change happened (the first release with the new value, and its rule)"),
+        )
+        on = next(i for i in range(at, len(lines)) if "intent prefill_cuda_graph: off -> on" in lines[i])
+        assert lines[on].startswith("    0.5.16: "), lines[on]
+        assert lines[on + 1].strip().startswith("SGLang rule _parse_cuda_graph_config (server_args.py:"), lines[on + 1]

@@ -8,7 +8,7 @@ import pytest
 
 from sglperf import upgrade
 from sglperf.model.deployment import Deployment, load
-from sglperf.model.resolution import LogLine, Resolution
+from sglperf.model.resolution import LogLine, Resolution, Write
 from sglperf.model.verdict import Status, Verdict
 from sglperf.preflight.check import VariantCheck
 from sglperf.sglang.flags import LaunchPlan
@@ -393,3 +393,63 @@ def test_json_record(deployment: Deployment) -> None:
         }
     ]
     assert record["errors"] == ["qwen36/mtp3-full: SGLang's validation says: no"]
+
+
+def test_the_walk_names_the_release_of_each_change_with_its_rule_and_the_flags_replacement_chain(
+    deployment: Deployment,
+) -> None:
+    mid = "0.5.16"
+    cap = Write(
+        "cuda_graph_max_bs",
+        48,
+        "_handle_gpu_memory_settings",
+        "server_args.py:1496",
+        comment="A10",
+        conditions=("if x",),
+    )
+
+    def step(
+        version: str, prefill: str, max_bs: int, parser_: ParserInfo, writes: tuple[Write, ...] = ()
+    ) -> upgrade.ReleaseStep:
+        status = Status.PASS if prefill == "on" else Status.FAIL
+        c = variant_check(
+            deployment, "mtp1", version, [verdict("mtp1", "prefill_cuda_graph", prefill, status, version=version)]
+        )
+        assert c.resolution is not None
+        effective = {"cuda_graph_max_bs": max_bs, "chunked_prefill_size": 4096}
+        c.resolution = Resolution(c.resolution.argv, {}, effective, writes=writes)
+        return upgrade.ReleaseStep(version, parser_, (c,))
+
+    middle_parser = ParserInfo(
+        mid,
+        {
+            **OLD_PARSER.options,
+            "--legacy-knob": Option(
+                "legacy_knob", deprecated=True, replacement="--new-knob", deprecation_message="use --new-knob"
+            ),
+        },
+    )
+    steps = [
+        step(OLD, "off", 24, OLD_PARSER),
+        step(mid, "on", 48, middle_parser, (cap,)),
+        upgrade.ReleaseStep("0.5.17", None, (), "building its environment failed"),
+        step(NEW, "on", 48, NEW_PARSER, (cap,)),
+    ]
+    old, new = steps[0].checks, steps[-1].checks
+    report = upgrade.compare_releases(OLD, NEW, OLD_PARSER, NEW_PARSER, old, new)
+    report.flags.append(upgrade.FlagChange("--legacy-knob", "removed", ("qwen36/mtp3-full",), None))
+    walk = upgrade.walk_releases(steps, report)
+    assert walk.walked == [OLD, mid, NEW] and walk.unresolved == ["0.5.17: building its environment failed"]
+    assert [(t.release, t.what, t.before, t.after) for t in walk.transitions] == [
+        (mid, "intent prefill_cuda_graph", "off", "on"),
+        (mid, "cuda_graph_max_bs", "24", "48"),
+    ]
+    assert walk.transitions[1].rule == cap.describe()
+    (link,) = walk.chains["--legacy-knob"]
+    assert (link.release, link.replacement, link.release_says) == (mid, "--new-knob", "use --new-knob")
+    assert walk.chain_ends_accepted == {"--legacy-knob": False}  # the target has no --new-knob either
+    text = upgrade.render_walk(walk)
+    assert f"Releases walked: {OLD} -> {mid} -> {NEW}" in text
+    assert f"  --legacy-knob -> --new-knob ({mid} deprecated --legacy-knob and named it); not accepted by {NEW}" in text
+    assert f"    {mid}: cuda_graph_max_bs: 24 -> 48" in text
+    json.dumps(walk.to_record())

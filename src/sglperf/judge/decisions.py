@@ -140,9 +140,11 @@ def field_changes(
     field only one side has is a change too (a release added or removed it)."""
     flat_before, flat_after = flatten(before, leave_out), flatten(after, leave_out)
     # A setting one side names the old way (0.5.13's cuda_graph_max_bs) compares under its newest name.
-    renamed = {**newest_names(flat_before), **newest_names(flat_after)}
-    named_before = {renamed.get(k, k): k for k in flat_before}
-    named_after = {renamed.get(k, k): k for k in flat_after}
+    # (Only where the other side has the newest name: two sides that both say cuda_graph_max_bs keep it.)
+    renamed_before = {old: new for old, new in newest_names(flat_before).items() if new in flat_after}
+    renamed_after = {old: new for old, new in newest_names(flat_after).items() if new in flat_before}
+    named_before = {renamed_before.get(k, k): k for k in flat_before}
+    named_after = {renamed_after.get(k, k): k for k in flat_after}
     changes = []
     for path in sorted(named_before.keys() | named_after.keys(), key=lambda p: (concern_rank(p), p)):
         was_name, now_name = named_before.get(path), named_after.get(path)
