@@ -457,13 +457,15 @@ def render_walk(walk: WalkReport) -> str:
     if walk.chains:
         lines += ["", "Flags the target lacks, through the releases' own deprecations"]
         for flag, links in walk.chains.items():
-            said = " -> ".join(f"{link.replacement} ({link.release} deprecated {link.flag} and named it)" for link in links)
+            said = " -> ".join(
+                f"{link.replacement} ({link.release} deprecated {link.flag} and named it)" for link in links
+            )
             end = (
                 f"accepted by {walk.to_version}"
                 if walk.chain_ends_accepted.get(flag)
                 else f"not accepted by {walk.to_version}"
             )
-            lines.append(f"  {flag} -> {said}; {end}: change the deployment's flags")
+            lines.append(f"  {flag} -> {said}; {end}")
     lines += ["", "Where each change happened (the first release with the new value, and its rule)"]
     if not walk.transitions:
         lines.append("  nothing the upgrade changes moved in between")
