@@ -16,7 +16,7 @@ from typing import Any
 
 from sglperf.judge.decisions import config_and_model, decisions, field_changes
 from sglperf.judge.intent import explain as explain_intent
-from sglperf.model.resolution import FieldChange, shown_value
+from sglperf.model.resolution import FieldChange
 from sglperf.model.verdict import Status
 from sglperf.preflight import VariantCheck
 from sglperf.sglang.config_fields import OTHER
@@ -279,9 +279,7 @@ def render(report: UpgradeReport) -> str:
     for fc in report.fields:
         lines.append(f"  {fc.deployment}/{fc.variant}:")
         for fchange in fc.changes:
-            old = "(absent)" if fchange.absent_before else shown_value(fchange.before)
-            new = "(absent)" if fchange.absent_after else shown_value(fchange.after)
-            lines.append(f"    {fchange.named}: {old} -> {new}")
+            lines.append(f"    {fchange.named}: {fchange.shown_before} -> {fchange.shown_after}")
             sides = ((f, fchange.rule_before), (t, fchange.rule_after))
             lines += [f"        {v}: {w.describe()}" for v, w in sides if w is not None]
         if fc.one_sided:
@@ -435,8 +433,8 @@ def walk_releases(steps: Sequence[ReleaseStep], report: UpgradeReport) -> WalkRe
                         *key,
                         change.named,
                         after.version,
-                        "(absent)" if change.absent_before else shown_value(change.before),
-                        "(absent)" if change.absent_after else shown_value(change.after),
+                        change.shown_before,
+                        change.shown_after,
                         write.describe() if write else "",
                     )
                 )

@@ -21,7 +21,6 @@ from sglperf.judge.decisions import field_changes
 from sglperf.model.deployment import LoadPoint
 from sglperf.model.files import os_problem, read_input, write_text_atomic
 from sglperf.model.measurement import Provenance, SampleSummary
-from sglperf.model.resolution import shown_value
 from sglperf.sglang.server_api import LAUNCH_SPECIFIC_FIELDS
 
 SCHEMA_VERSION = 1
@@ -313,11 +312,7 @@ def effective_args_note(baseline: Provenance, current: Provenance) -> str:
     changes = field_changes(baseline.effective_args, current.effective_args, leave_out=LAUNCH_SPECIFIC_FIELDS)
     if not changes:
         return said
-    shown = [
-        f"{c.named} {'(absent)' if c.absent_before else shown_value(c.before)} -> "
-        f"{'(absent)' if c.absent_after else shown_value(c.after)}"
-        for c in changes[:NOTE_FIELDS]
-    ]
+    shown = [c.move for c in changes[:NOTE_FIELDS]]
     more = f" (+{len(changes) - NOTE_FIELDS} more)" if len(changes) > NOTE_FIELDS else ""
     return f"{said}: {', '.join(shown)}{more}"
 

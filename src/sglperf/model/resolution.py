@@ -99,6 +99,19 @@ class FieldChange:
     def named(self) -> str:
         return f"{self.name_before} -> {self.field}" if self.name_before else self.field
 
+    @property
+    def shown_before(self) -> str:
+        return "(absent)" if self.absent_before else shown_value(self.before)
+
+    @property
+    def shown_after(self) -> str:
+        return "(absent)" if self.absent_after else shown_value(self.after)
+
+    @property
+    def move(self) -> str:
+        """``cuda_graph_max_bs -> cuda_graph_config.decode.max_bs 24 -> 48``: the field and its two values."""
+        return f"{self.named} {self.shown_before} -> {self.shown_after}"
+
 
 # The error type of a variant whose resolution passed but whose start-up SGLang would refuse on the
 # runner's GPUs (the probe, which runs without sglperf installed, spells it too).

@@ -21,9 +21,7 @@ def _decision(d: Decision) -> list[str]:
 
 
 def _change(c: FieldChange, before: str, after: str) -> list[str]:
-    old = "(absent)" if c.absent_before else shown_value(c.before)
-    new = "(absent)" if c.absent_after else shown_value(c.after)
-    lines = [f"  {c.named}: {old} -> {new}"]
+    lines = [f"  {c.named}: {c.shown_before} -> {c.shown_after}"]
     for side, asked, rule in ((before, c.asked_before, c.rule_before), (after, c.asked_after, c.rule_after)):
         if asked:
             lines.append(f"      {side}: asked by {asked}")
@@ -39,14 +37,8 @@ def _flag(effect: FlagEffect) -> list[str]:
         return [f"  {effect.flag}: changes nothing (the same effective config without it)"]
     if effect.only_its_own_field:
         c = effect.changes[0]
-        own = f"{c.field} {shown_value(c.before)} -> {shown_value(c.after)}"
-        return [f"  {effect.flag}: changes only its own field ({own}): no other effective field moves"]
-    fields = ", ".join(
-        f"{c.field} {shown_value(c.before)} -> {shown_value(c.after)}"
-        for c in effect.changes
-        if c.field != effect.field
-    )
-    return [f"  {effect.flag}: {fields}"]
+        return [f"  {effect.flag}: changes only its own field ({c.move}): no other effective field moves"]
+    return [f"  {effect.flag}: {', '.join(c.move for c in effect.changes if c.field != effect.field)}"]
 
 
 def _decisions(decisions: Sequence[Decision]) -> list[str]:

@@ -233,7 +233,10 @@ def releases_between(older: str, newer: str, progress: Progress = silent) -> lis
     (post releases left out: a walk is release by release)."""
     cmd = [sys.executable, "-m", "pip", "index", "versions", "sglang"]
     progress("  listing SGLang's releases: pip index versions sglang ...")
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise EnvBuildError(f"could not list SGLang's releases (`{' '.join(cmd[2:])}`): {exc}") from None
     listed = next(
         (ln.split(":", 1)[1] for ln in proc.stdout.splitlines() if ln.startswith("Available versions:")), None
     )
