@@ -10,8 +10,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash ci/setup.sh 0.5.23 0.5.13 0.5.19 0.5.20
-.venv/bin/ruff check src tests bench examples conftest.py docs/hooks.py
-.venv/bin/ruff format --check src tests bench examples conftest.py docs/hooks.py
+.venv/bin/ruff check src tests bench examples ci conftest.py docs/hooks.py
+.venv/bin/ruff format --check src tests bench examples ci conftest.py docs/hooks.py
 .venv/bin/mypy
 # The docs site, as a reader gets it: a dead link or a page outside the nav fails the build.
 NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet --site-dir "$(mktemp -d)"

@@ -20,7 +20,7 @@ from sglperf.model.resolution import FieldChange
 from sglperf.model.verdict import Status
 from sglperf.preflight import VariantCheck
 from sglperf.sglang.config_fields import OTHER
-from sglperf.sglang.flags import RENAMED_FLAGS
+from sglperf.sglang.deprecations import DeprecationLedger, flag_of
 from sglperf.sglang.intents import INTENTS, ParserInfo, replacement_for
 
 NUMBER = re.compile(r"\d+(\.\d+)?")
@@ -33,7 +33,8 @@ class FlagChange:
     used_by: tuple[str, ...]  # variants (or "intent <name>") that use it on the old release
     replacement: str | None
     # Where the replacement comes from: "SGLang X's parser" (its own deprecation), "intent" (how
-    # sglperf spells the intent on the new release) or "sglperf's table" (RENAMED_FLAGS).
+    # sglperf spells the intent on the new release) or "SGLang X-Y's deprecation" (a release in between
+    # named it: the deprecation ledger).
     source: str | None = None
     release_says: str | None = None  # the deprecation message in the releases' own words
 
@@ -127,6 +128,7 @@ def flag_changes(
         for flag in intent.known_flags:
             if old.has(flag):
                 users.setdefault(flag, set()).add(f"intent {intent.name}")
+    ledger = DeprecationLedger.shipped().with_parsers(old, new)
     changes = []
     for flag, used_by in sorted(users.items()):
         users_ = tuple(sorted(used_by))
@@ -137,8 +139,8 @@ def flag_changes(
                 changes.append(FlagChange(flag, "removed", users_, *said))
             elif (spelled := replacement_for(flag, new, architectures)) is not None:
                 changes.append(FlagChange(flag, "removed", users_, spelled, "intent"))
-            elif (renamed := RENAMED_FLAGS.get(flag)) and new.has(renamed):
-                changes.append(FlagChange(flag, "renamed", users_, renamed, "sglperf's table"))
+            elif (chain := _ledger_chain(flag, ledger, new)) is not None:
+                changes.append(FlagChange(flag, "renamed", users_, *chain))
             else:
                 changes.append(FlagChange(flag, "removed", users_, None))
         elif new.options[new_flag].deprecated and not old.options[flag].deprecated:
@@ -147,11 +149,20 @@ def flag_changes(
                 changes.append(FlagChange(flag, "deprecated", users_, *said))
             elif (spelled := replacement_for(flag, new, architectures)) is not None:
                 changes.append(FlagChange(flag, "deprecated", users_, spelled, "intent"))
-            elif (renamed := RENAMED_FLAGS.get(flag)) is not None:
-                changes.append(FlagChange(flag, "deprecated", users_, renamed, "sglperf's table"))
             else:
                 changes.append(FlagChange(flag, "deprecated", users_, None))
     return changes
+
+
+def _ledger_chain(flag: str, ledger: DeprecationLedger, new: ParserInfo) -> tuple[str, str, str | None] | None:
+    """(replacement, source, messages) from the releases that deprecated ``flag`` and its successors, when
+    the chain ends at a spelling ``new`` accepts."""
+    links = ledger.chain(flag, accepted_by=new)
+    if not links or new.canonical(flag_of(links[-1].replacement)) is None:
+        return None
+    source = " then ".join(f"SGLang {link.releases}'s deprecation" for link in links)
+    said = " / ".join(link.message.strip() for link in links if link.message)
+    return links[-1].replacement, source, said or None
 
 
 def _release_says(flag: str, parser: ParserInfo) -> tuple[str, str, str | None] | None:
@@ -253,7 +264,8 @@ def render(report: UpgradeReport) -> str:
     lines.append("Flags" if report.flags else "Flags: no flag in use was removed, renamed or deprecated")
     for change in report.flags:
         if change.change == "renamed":
-            instead = f"; its new name is {change.replacement}"
+            said = f' ("{change.release_says}")' if change.release_says else ""
+            instead = f"; its new name is {change.replacement}, from {change.source}{said}"
         elif change.source and change.source.startswith("SGLang"):
             said = f' ("{change.release_says}")' if change.release_says else ""
             instead = f"; {change.source} names its replacement: {change.replacement}{said}"
@@ -386,7 +398,7 @@ def _flag_chain(flag: str, steps: Sequence[ReleaseStep]) -> list[FlagLink]:
             continue
         option = step.parser.options.get(current)
         if option is not None and option.deprecated and option.replacement:
-            replacement = option.replacement.split("=", 1)[0].split()[0]
+            replacement = flag_of(option.replacement)
             links.append(FlagLink(step.version, current, option.replacement, option.deprecation_message))
             current = replacement
     return links
@@ -443,7 +455,7 @@ def walk_releases(steps: Sequence[ReleaseStep], report: UpgradeReport) -> WalkRe
             links = _flag_chain(flag_change.flag, steps)
             if links:
                 walk.chains[flag_change.flag] = links
-                end = links[-1].replacement.split("=", 1)[0].split()[0]
+                end = flag_of(links[-1].replacement)
                 target = steps[-1].parser
                 walk.chain_ends_accepted[flag_change.flag] = target is not None and target.canonical(end) is not None
     return walk

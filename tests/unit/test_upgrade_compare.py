@@ -56,6 +56,10 @@ NEW_PARSER = parser(
 PREFILL_REPLACEMENT = (
     "--cuda-graph-backend-prefill breakable (or `request = { prefill_cuda_graph = true }` in the variant)"
 )
+MAMBA_SAYS = (
+    "'--mamba-scheduler-strategy' is deprecated and will be removed in a future release. "
+    "Use '--mamba-radix-cache-strategy' instead."
+)
 
 
 @pytest.fixture(scope="module")
@@ -171,7 +175,8 @@ def test_flag_changes_name_removed_renamed_and_deprecated_flags_with_replacement
         "renamed",
         ("qwen36/mtp1", "qwen36/mtp3-full"),
         "--mamba-radix-cache-strategy",
-        "sglperf's table",
+        "SGLang 0.5.14-0.5.19's deprecation",  # from the shipped ledger: neither 0.5.13 nor 0.5.23 says it
+        MAMBA_SAYS,
     )
     assert (changes["--disable-cuda-graph"].change, changes["--disable-cuda-graph"].source) == ("deprecated", "intent")
     assert changes["--disable-cuda-graph"].replacement == (
@@ -308,7 +313,8 @@ def test_render_tells_the_operator_what_changes(deployment: Deployment) -> None:
     ) in lines
     assert (
         "  --mamba-scheduler-strategy: renamed in 0.5.23 (used by qwen36/mtp1, qwen36/mtp3-full); "
-        "its new name is --mamba-radix-cache-strategy"
+        "its new name is --mamba-radix-cache-strategy, from SGLang 0.5.14-0.5.19's deprecation "
+        f'("{MAMBA_SAYS}")'
     ) in lines
     assert "  --legacy-knob: removed in 0.5.23 (used by qwen36/mtp3-full); no known replacement" in lines
     assert any(
@@ -370,8 +376,8 @@ def test_json_record(deployment: Deployment) -> None:
         "change": "renamed",
         "used_by": ["qwen36/mtp1", "qwen36/mtp3-full"],
         "replacement": "--mamba-radix-cache-strategy",
-        "source": "sglperf's table",
-        "release_says": None,
+        "source": "SGLang 0.5.14-0.5.19's deprecation",
+        "release_says": MAMBA_SAYS,
     }
     assert record["intents"][0] == {
         "deployment": "qwen36",

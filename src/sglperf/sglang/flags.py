@@ -15,6 +15,7 @@ from packaging.version import Version
 from sglperf.errors import SglperfError
 from sglperf.model.deployment import Deployment, Variant
 from sglperf.model.intent_names import DECODE_CUDA_GRAPH, SPECULATIVE
+from sglperf.sglang.deprecations import DeprecationLedger, flag_of
 from sglperf.sglang.intents import (
     DECODE_GRAPH,
     INTENTS,
@@ -23,11 +24,6 @@ from sglperf.sglang.intents import (
     ParserInfo,
     replacement_for,
 )
-
-# Flags renamed outside any intent, learnt from reading the releases: old spelling -> new one.
-RENAMED_FLAGS = {
-    "--mamba-scheduler-strategy": "--mamba-radix-cache-strategy",
-}
 
 MODEL_PATH_FLAG = "--model-path"
 TP_FLAG = "--tp-size"
@@ -87,7 +83,7 @@ def check_flags(argv: list[str], parser: ParserInfo, where: str, architectures: 
         if canonical is None:
             raise FlagError(_unknown_flag_message(flag, parser, where, architectures))
         if parser.options[canonical].deprecated:
-            replacement = replacement_for(canonical, parser, architectures) or RENAMED_FLAGS.get(canonical)
+            replacement = replacement_for(canonical, parser, architectures) or parser.options[canonical].replacement
             hint = f"; use {replacement}" if replacement else ""
             warnings.append(f"{where}: {canonical} is deprecated in SGLang {parser.version}{hint}")
     return warnings
@@ -98,16 +94,27 @@ def _unknown_flag_message(flag: str, parser: ParserInfo, where: str, architectur
     if ambiguous:
         return f"{where}: {flag} is ambiguous in SGLang {parser.version} (could be {', '.join(sorted(ambiguous))})"
     replacement = replacement_for(flag, parser, architectures)
-    if replacement is None and flag in RENAMED_FLAGS and parser.has(RENAMED_FLAGS[flag]):
-        replacement = RENAMED_FLAGS[flag]
     if replacement:
         return (
             f"{where}: {flag} is not accepted by SGLang {parser.version} (removed or renamed); "
             f"replacement: {replacement}"
         )
+    renamed = renamed_to(flag, parser)
+    if renamed is not None:
+        return f"{where}: {flag} is not accepted by SGLang {parser.version} (removed); {renamed}"
     close = difflib.get_close_matches(flag, list(parser.options), n=3, cutoff=0.75)
     hint = f"; similar flags: {', '.join(close)}" if close else "; no known replacement"
     return f"{where}: {flag} is not accepted by SGLang {parser.version}{hint}"
+
+
+def renamed_to(flag: str, parser: ParserInfo, ledger: DeprecationLedger | None = None) -> str | None:
+    """What became of ``flag``, a spelling ``parser`` lacks, by the older releases' own deprecations: the
+    replacement chain up to a spelling this release accepts, or None when the ledger has no chain to one."""
+    links = (ledger or DeprecationLedger.shipped()).chain(flag, accepted_by=parser)
+    if not links or parser.canonical(flag_of(links[-1].replacement)) is None:
+        return None
+    said = "; then ".join(link.describe() for link in links)
+    return f"replacement: {links[-1].replacement} ({said})"
 
 
 def _applies(spec: str, version: str) -> bool:

@@ -1,0 +1,117 @@
+"""SGLang's own flag deprecations, kept across releases.
+
+A release that renames a flag usually keeps the old spelling for a while as a deprecated alias that names
+its replacement: 0.5.14-0.5.19 did, and 0.5.20 deleted the aliases (sgl-project/sglang#38375). A
+deployment written for an older release then meets a release that neither accepts the old spelling nor
+says what replaced it. The ledger remembers what the releases said: each deprecated spelling, the
+replacement its release named, the first and last release seen declaring it, and the release's message.
+
+Nothing in it is written by hand. The shipped copy (``deprecations.json`` beside this module) is written
+by ``ci/refresh-deprecations.py`` from the releases' own parsers and checked against a real release by
+tests/sglang/test_deprecations.py; a parser at hand (the old release of an upgrade check) adds to it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, replace
+from functools import cache
+from importlib import resources
+
+from packaging.version import Version
+
+from sglperf.sglang.intents import ParserInfo
+
+SHIPPED_FILE = "deprecations.json"
+
+
+def flag_of(spelling: str) -> str:
+    """The option in a replacement as a release wrote it: "--x=y" or "--x y" -> "--x"."""
+    return spelling.split("=", 1)[0].split(maxsplit=1)[0]
+
+
+@dataclass(frozen=True)
+class Deprecation:
+    flag: str
+    replacement: str  # as the release wrote it, sometimes with a value: "--cuda-graph-backend-prefill=breakable"
+    first: str  # the first and last release seen declaring it
+    last: str
+    message: str | None = None  # what the release prints when the old spelling is used
+
+    @property
+    def releases(self) -> str:
+        return self.first if self.first == self.last else f"{self.first}-{self.last}"
+
+    def describe(self) -> str:
+        """One clause: where the replacement comes from, in the release's words when it has them."""
+        if self.message:  # the release's words already name both spellings
+            return f'SGLang {self.releases} said "{self.message.strip()[:200]}"'
+        return f"SGLang {self.releases} deprecated {self.flag} for {self.replacement}"
+
+
+def deprecations_of(parser: ParserInfo) -> list[Deprecation]:
+    """Every deprecated option of one release whose parser names a replacement."""
+    return [
+        Deprecation(flag, option.replacement, parser.version, parser.version, option.deprecation_message)
+        for flag, option in sorted(parser.options.items())
+        if option.deprecated and option.replacement
+    ]
+
+
+class DeprecationLedger:
+    """Deprecations by old spelling; the same spelling seen in several releases is one entry."""
+
+    def __init__(self, entries: Iterable[Deprecation] = ()):
+        self._by_flag: dict[str, Deprecation] = {}
+        for entry in entries:
+            self._add(entry)
+
+    def _add(self, entry: Deprecation) -> None:
+        known = self._by_flag.get(entry.flag)
+        if known is None:
+            self._by_flag[entry.flag] = entry
+            return
+        first = min(known.first, entry.first, key=Version)
+        last = max(known.last, entry.last, key=Version)
+        newest = entry if Version(entry.last) >= Version(known.last) else known  # its replacement and words
+        self._by_flag[entry.flag] = replace(newest, first=first, last=last)
+
+    @classmethod
+    def shipped(cls) -> DeprecationLedger:
+        return cls(_shipped_entries())
+
+    def with_parsers(self, *parsers: ParserInfo | None) -> DeprecationLedger:
+        entries = list(self._by_flag.values())
+        for parser in parsers:
+            if parser is not None:
+                entries += deprecations_of(parser)
+        return DeprecationLedger(entries)
+
+    @property
+    def entries(self) -> list[Deprecation]:
+        return sorted(self._by_flag.values(), key=lambda d: d.flag)
+
+    def get(self, flag: str) -> Deprecation | None:
+        return self._by_flag.get(flag)
+
+    def chain(self, flag: str, accepted_by: ParserInfo | None = None) -> tuple[Deprecation, ...]:
+        """The deprecations from ``flag`` on, each replacement followed, until ``accepted_by`` accepts the
+        spelling in hand without deprecating it (or the ledger knows nothing further)."""
+        links: list[Deprecation] = []
+        current = flag
+        while (entry := self._by_flag.get(current)) is not None and entry not in links:
+            if accepted_by is not None and (option := accepted_by.options.get(current)) and not option.deprecated:
+                break
+            links.append(entry)
+            current = flag_of(entry.replacement)
+        return tuple(links)
+
+    def to_json(self) -> str:
+        return json.dumps([asdict(e) for e in self.entries], indent=1, sort_keys=True) + "\n"
+
+
+@cache
+def _shipped_entries() -> tuple[Deprecation, ...]:
+    text = resources.files("sglperf.sglang").joinpath(SHIPPED_FILE).read_text(encoding="utf-8")
+    return tuple(Deprecation(**raw) for raw in json.loads(text))

@@ -1,0 +1,89 @@
+"""The deprecation ledger: one entry per old spelling across releases, chains followed to a spelling the
+target accepts, and what a release deleted answered from what the releases before it said."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sglperf.sglang.deprecations import Deprecation, DeprecationLedger, deprecations_of, flag_of
+from sglperf.sglang.flags import FlagError, check_flags
+from sglperf.sglang.intents import Option, ParserInfo
+
+
+def _parser(version: str, **options: Option) -> ParserInfo:
+    return ParserInfo(version, options)
+
+
+A_TO_B = Option(dest="b", deprecated=True, replacement="--b", deprecation_message="Use '--b' instead.")
+
+
+def test_a_release_contributes_only_deprecations_that_name_a_replacement() -> None:
+    parser = _parser("0.5.14", **{"--a": A_TO_B, "--old": Option(dest="o", deprecated=True), "--b": Option(dest="b")})
+    assert deprecations_of(parser) == [Deprecation("--a", "--b", "0.5.14", "0.5.14", "Use '--b' instead.")]
+
+
+def test_the_same_spelling_in_several_releases_is_one_entry_with_the_newest_words() -> None:
+    old = Deprecation("--a", "--b", "0.5.14", "0.5.14", "old words")
+    new = Deprecation("--a", "--b=x", "0.5.19", "0.5.19", "new words")
+    ledger = DeprecationLedger([new, old])
+    merged = ledger.get("--a")
+    assert merged == Deprecation("--a", "--b=x", "0.5.14", "0.5.19", "new words")
+    assert merged.releases == "0.5.14-0.5.19"
+
+
+versions = st.sampled_from(["0.5.9", "0.5.13", "0.5.14", "0.5.19", "0.5.23"])
+
+
+@given(st.lists(st.tuples(versions, st.sampled_from(["--b", "--c"])), min_size=1, max_size=6))
+def test_merging_does_not_depend_on_the_order_releases_are_read(seen: list[tuple[str, str]]) -> None:
+    entries = [Deprecation("--a", replacement, v, v) for v, replacement in seen]
+    forward, backward = DeprecationLedger(entries).get("--a"), DeprecationLedger(reversed(entries)).get("--a")
+    assert forward is not None and backward is not None
+    assert (forward.first, forward.last) == (backward.first, backward.last)
+    # Releases numbered "0.5.9" and "0.5.13" compare as versions, not as text.
+    assert forward.first == min((v for v, _ in seen), key=lambda v: tuple(map(int, v.split("."))))
+
+
+def test_a_chain_is_followed_until_the_target_accepts_the_spelling() -> None:
+    ledger = DeprecationLedger(
+        [Deprecation("--a", "--b", "0.5.14", "0.5.15"), Deprecation("--b", "--c=on", "0.5.17", "0.5.19")]
+    )
+    target = _parser("0.5.23", **{"--c": Option(dest="c")})
+    assert [link.replacement for link in ledger.chain("--a", accepted_by=target)] == ["--b", "--c=on"]
+    # A release that still accepts --b (not deprecated) ends the chain there.
+    middle = _parser("0.5.16", **{"--b": Option(dest="b")})
+    assert [link.replacement for link in ledger.chain("--a", accepted_by=middle)] == ["--b"]
+    assert flag_of("--c=on") == "--c" and flag_of("--attn-dp-size <dp-size>") == "--attn-dp-size"
+
+
+def test_a_cycle_in_what_releases_said_ends() -> None:
+    ledger = DeprecationLedger([Deprecation("--a", "--b", "1.0", "1.0"), Deprecation("--b", "--a", "1.1", "1.1")])
+    assert len(ledger.chain("--a")) == 2
+
+
+def test_a_deleted_flag_is_answered_from_the_shipped_ledger_in_one_line() -> None:
+    release = _parser("0.5.23", **{"--cuda-graph-max-bs-prefill": Option(dest="m")})
+    with pytest.raises(FlagError) as raised:
+        check_flags(["--piecewise-cuda-graph-max-tokens", "4096"], release, "qwen36.toml variant 'x'")
+    message = str(raised.value)
+    assert "\n" not in message
+    assert message.startswith(
+        "qwen36.toml variant 'x': --piecewise-cuda-graph-max-tokens is not accepted by SGLang 0.5.23 (removed); "
+        "replacement: --cuda-graph-max-bs-prefill (SGLang 0.5.14-0.5.19 said"
+    )
+
+
+def test_a_chain_ending_at_a_spelling_the_target_lacks_is_no_answer() -> None:
+    release = _parser("0.5.23", **{"--other": Option(dest="o")})
+    with pytest.raises(FlagError, match=r"no known replacement|similar flags"):
+        check_flags(["--piecewise-cuda-graph-max-tokens", "4096"], release, "v")
+
+
+def test_the_shipped_ledger_round_trips() -> None:
+    shipped = DeprecationLedger.shipped()
+    assert len(shipped.entries) >= 20
+    assert DeprecationLedger(Deprecation(**raw) for raw in json.loads(shipped.to_json())).entries == shipped.entries
