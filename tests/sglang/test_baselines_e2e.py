@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from sglperf.baselines import store
+from sglperf.history import results_folder
 
 from ..support.emulator_runs import Suite
 from ..support.project import NEW_SGLANG, OLD_SGLANG, SglangPython, with_workloads
@@ -177,3 +178,13 @@ def test_a_baseline_under_other_effective_args_names_the_fields_that_changed(sui
             "cuda_graph_config.prefill.max_bs 4096 -> 8192, chunked_prefill_size 4096 -> 8192"
         ]
     )
+    # The whole config travels beside the verdicts, per tier: what SGLang's resolution decided and what
+    # the server reported, under the digest the baseline is keyed by.
+    suite("-m", "preflight or live", UNGUARDED)
+    assert suite.results is not None
+    configs = {c.tier: c for c in results_folder.collect(suite.results).configs if c.variant == "mtp3-prefill-graph"}
+    assert set(configs) == {"preflight", "live (emulator)"}, configs.keys()
+    for record in configs.values():
+        assert record.fields["chunked_prefill_size"] == 8192 and record.sglang_version == NEW_SGLANG
+        assert "port" not in record.fields and "model_path" not in record.fields  # the launch's, not a decision
+    assert len({c.digest for c in configs.values()}) == 1

@@ -31,7 +31,7 @@ from sglperf.model.intent_names import DECODE_CUDA_GRAPH, OVERLAP_SCHEDULE
 from sglperf.model.measurement import BaselineStatus
 from sglperf.model.verdict import Status
 from sglperf.runtime import server_ledger
-from sglperf.runtime.provenance import effective_digest
+from sglperf.runtime.provenance import effective_config_record, effective_digest
 from sglperf.runtime.server import Server
 from sglperf.runtime.server_ledger import SHARED_MEMORY_DIR
 from sglperf.session import LiveOptions, LiveSession, PreflightSession
@@ -298,6 +298,12 @@ def test_live_items_and_live_vs_preflight_pass(plain: Plain) -> None:
     assert "decode_cuda_graph_bs = []" in decode.detail and decode.tier == "live"
     diverged, lines = plain.live.divergence(plain.deployment, plain.variant)
     assert not diverged.intent_fields, lines
+    # The whole config the results folder keeps from the real server's /server_info: flattened, the
+    # launch's own fields (its port, the model's path) left out, keyed by the baselines' digest.
+    record = effective_config_record("live", "tiny", "plain", "0.5.23", plain.running.facts.effective)
+    assert record.fields["attention_backend"] == plain.setup.attention_backend
+    assert "port" not in record.fields and "model_path" not in record.fields
+    assert record.digest == effective_digest(plain.running.facts.effective)
 
 
 def test_args_saying_on_without_a_captured_decode_graph_fail_with_the_evidence(plain: Plain) -> None:

@@ -12,12 +12,14 @@ import itertools
 import json
 import re
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from sglperf.errors import SglperfError
+from sglperf.model.effective_config import CONFIGS_GLOB, EffectiveConfigRecord
 from sglperf.model.files import SAFE_NAME_PATTERN, os_problem, read_input, strict_json, write_text_atomic
 from sglperf.model.measurement import MeasurementRecord
 from sglperf.model.verdict import Verdict
@@ -96,6 +98,7 @@ class RunResults:
     verdicts: tuple[Verdict, ...]
     measurements: tuple[MeasurementRecord, ...]
     stamp: RunStamp | None = None
+    configs: tuple[EffectiveConfigRecord, ...] = ()  # each variant's whole effective config, per tier
 
     @property
     def emulated(self) -> bool:
@@ -109,6 +112,21 @@ def _verdict(path: Path, n: int, line: str) -> tuple[str | None, Verdict]:
         return record.get(RUN_ID_FIELD), Verdict.from_record(record)
     except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ResultsError(f"{path}:{n}: not a verdict record ({exc})") from None
+
+
+def _config(path: Path, n: int, line: str) -> tuple[str | None, EffectiveConfigRecord]:
+    try:
+        record = json.loads(line)
+        return record.get(RUN_ID_FIELD), EffectiveConfigRecord.from_record(record)
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ResultsError(f"{path}:{n}: not an effective-config record ({exc})") from None
+
+
+def _lines(folder: Path, glob: str) -> Iterator[tuple[Path, int, str]]:
+    for path in sorted(folder.glob(glob)):
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if line.strip():
+                yield path, n, line
 
 
 def read_measurement(path: Path) -> MeasurementRecord:
@@ -127,15 +145,15 @@ def collect(folder: Path) -> RunResults:
     """Read what the folder's run wrote: verdict lines (one file per pytest process) and measurement
     records; with a run stamp, only those of that run."""
     stamp = read_stamp(folder)
-    lines = [
-        _verdict(path, n, line)
-        for path in sorted(folder.glob(VERDICTS_GLOB))
-        for n, line in enumerate(path.read_text().splitlines(), 1)
-        if line.strip()
-    ]
+    lines = [_verdict(*at) for at in _lines(folder, VERDICTS_GLOB)]
     verdicts = [v for run_id, v in lines if stamp is None or run_id == stamp.run_id]
+    configs = [
+        c
+        for run_id, c in (_config(*at) for at in _lines(folder, CONFIGS_GLOB))
+        if stamp is None or run_id == stamp.run_id
+    ]
     records = [read_measurement(path) for path in sorted((folder / MEASUREMENTS_DIR).glob("*.json"))]
     measurements = [r for r in records if stamp is None or r.run_id == stamp.run_id]
     if not verdicts and not measurements:
         raise ResultsError(f"{folder}: no sglperf results here (expected {VERDICTS_GLOB} or {MEASUREMENTS_DIR}/*.json)")
-    return RunResults(folder, tuple(verdicts), tuple(measurements), stamp)
+    return RunResults(folder, tuple(verdicts), tuple(measurements), stamp, tuple(configs))

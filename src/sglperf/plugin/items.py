@@ -3,7 +3,7 @@ per live-vs-preflight divergence, and per (workload, load) measurement: each con
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +15,8 @@ from sglperf.model.deployment import Deployment, LoadPoint, Variant, load
 from sglperf.model.files import strict_json
 from sglperf.model.measurement import MeasurementRecord
 from sglperf.model.verdict import Status, Verdict
-from sglperf.plugin.keys import LIVE_KEY, PREFLIGHT_KEY, xdist_worker
+from sglperf.plugin.keys import CONFIGS_WRITTEN_KEY, LIVE_KEY, PREFLIGHT_KEY, xdist_worker
+from sglperf.runtime.provenance import effective_config_record
 from sglperf.session import LiveSession, LiveSkip
 
 MEASUREMENT_PROPERTY = "sglperf_measurement"
@@ -121,8 +122,15 @@ class SglperfItem(pytest.Item):
     def variant_key(self) -> tuple[str, str]:
         return (str(self.deployment.path.resolve()), self.variant_id)
 
+    def effective_config(self) -> Mapping[str, Any] | None:
+        """The variant's whole effective config as this tier saw it (None: it has none)."""
+        return None
+
     def report_verdict(self, verdict: Verdict) -> None:
         _append_verdict(self.config, verdict)
+        effective = self.effective_config()
+        if effective is not None:
+            _append_config(self.config, verdict, effective)
         self.user_properties += [
             ("sglang_version", verdict.sglang_version),
             ("expected", verdict.expected),
@@ -153,6 +161,10 @@ class PreflightItem(SglperfItem):
     def runtest(self) -> None:
         self.report_verdict(self.config.stash[PREFLIGHT_KEY].verdict(self.deployment, self.variant_id, self.intent))
 
+    def effective_config(self) -> Mapping[str, Any] | None:
+        resolution = self.config.stash[PREFLIGHT_KEY].check(self.deployment, self.variant_id).resolution
+        return resolution.effective if resolution is not None else None
+
 
 class LiveTierItem(SglperfItem):
     """An item that needs the variant's server (live checks, live-vs-preflight, measurements)."""
@@ -178,6 +190,9 @@ class LiveItem(LiveTierItem):
         except LiveSkip as exc:
             raise _skip(str(exc)) from None
         self.report_verdict(next(v for v in verdicts if v.intent == self.intent))
+
+    def effective_config(self) -> Mapping[str, Any] | None:
+        return self.live().handle(self.deployment, self.variant()).effective_args
 
 
 class LiveVsPreflightItem(LiveTierItem):
@@ -257,16 +272,31 @@ def judge_measurement(record: MeasurementRecord) -> None:
         raise _skip(record.skip_reason)
 
 
+def _append_config(config: pytest.Config, verdict: Verdict, effective: Mapping[str, Any]) -> None:
+    """The variant's whole effective config beside its verdicts, once per tier and release in a process."""
+    written = config.stash.setdefault(CONFIGS_WRITTEN_KEY, set())
+    record = effective_config_record(
+        verdict.tier, verdict.deployment, verdict.variant, verdict.sglang_version, effective
+    )
+    if record.key in written:
+        return
+    written.add(record.key)
+    _append_line(config, "configs", record.to_record())
+
+
 def _append_verdict(config: pytest.Config, verdict: Verdict) -> None:
-    """One JSON line per verdict; one file per pytest process, so xdist workers never interleave."""
+    _append_line(config, "verdicts", verdict.to_record())
+
+
+def _append_line(config: pytest.Config, kind: str, record: dict[str, Any]) -> None:
+    """One JSON line per record; one file per kind and pytest process, so xdist workers never interleave."""
     options = config.stash[LIVE_KEY].options
     folder = options.results_dir
     folder.mkdir(parents=True, exist_ok=True)
     worker = xdist_worker(config) or "main"
-    record = verdict.to_record()
     if options.run is not None:
         if said := options.run.stamp(folder):
             config.stash[LIVE_KEY].progress(said)
         record[RUN_ID_FIELD] = options.run.run_id  # a reused folder reads back as its latest run
-    with open(folder / f"verdicts-{worker}.jsonl", "a") as fh:
+    with open(folder / f"{kind}-{worker}.jsonl", "a") as fh:
         fh.write(strict_json(record, sort_keys=True) + "\n")

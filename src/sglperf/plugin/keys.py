@@ -13,6 +13,8 @@ PREFLIGHT_KEY = pytest.StashKey[PreflightSession]()
 LIVE_KEY = pytest.StashKey[LiveSession]()
 SIGTERM_KEY = pytest.StashKey[Any]()
 PROGRESS_KEY = pytest.StashKey[Progress]()
+# (tier, deployment, variant, release) whose effective config this process already wrote.
+CONFIGS_WRITTEN_KEY = pytest.StashKey[set[tuple[str, str, str, str]]]()
 
 
 def xdist_worker(config: pytest.Config) -> str | None:

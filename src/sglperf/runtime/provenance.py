@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from sglperf.model.effective_config import EffectiveConfigRecord
 from sglperf.model.measurement import Provenance
 from sglperf.model.server_facts import ServerFacts
 from sglperf.runtime import gpus
@@ -26,6 +27,14 @@ def effective_digest(effective: Mapping[str, Any]) -> str:
     """What SGLang decided, as 16 hex digits: equal for two starts of one variant on one build."""
     data = {k: v for k, v in effective.items() if k not in LAUNCH_SPECIFIC_FIELDS}
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def effective_config_record(
+    tier: str, deployment: str, variant: str, sglang_version: str, effective: Mapping[str, Any]
+) -> EffectiveConfigRecord:
+    """The whole effective config as the results folder keeps it, keyed like the baselines."""
+    fields = flatten(effective, LAUNCH_SPECIFIC_FIELDS)
+    return EffectiveConfigRecord(tier, deployment, variant, sglang_version, effective_digest(effective), fields)
 
 
 # torch.version is torch/version.py, written when torch was built: run alone, it answers in 0.06 s, where
