@@ -232,6 +232,23 @@ class Variant(_Strict):
     expect: dict[str, StrictBool] = Field(default_factory=dict, description="intents checked in the effective args")
     speculative: SpeculativeOverride | None = None
     env: EnvVars = Field(default_factory=dict)
+    # The effect this variant exists for, held against the deployment's reference variant in the same run
+    # (`sglperf.baselines.variant_effects`): workload id -> metric -> "lower" | "higher". Not detected
+    # (beyond the metric's floor, at the test's level) fails that workload's effect item.
+    expect_effect: dict[Slug, dict[str, Literal["lower", "higher"]]] = Field(default_factory=dict)
+
+    @field_validator("expect_effect")
+    @classmethod
+    def _effect_metrics_known(
+        cls, value: dict[str, dict[str, Literal["lower", "higher"]]]
+    ) -> dict[str, dict[str, Literal["lower", "higher"]]]:
+        for workload, metrics in value.items():
+            unknown = sorted(set(metrics) - set(METRICS))
+            if unknown:
+                raise ValueError(
+                    f"{workload}: unknown metric(s) {', '.join(unknown)}; known: {', '.join(sorted(METRICS))}"
+                )
+        return value
 
     @field_validator("request", "expect")
     @classmethod
@@ -556,6 +573,8 @@ class Deployment(_Strict):
     expect: dict[str, StrictBool] = Field(default_factory=dict, description="expectations shared by every variant")
     variants: list[Variant] = Field(min_length=1)
     workloads: list[Workload] = Field(default_factory=list)
+    # The variant every other is measured against in the same run (variant effects); default the first.
+    reference_variant: Slug | None = None
 
     @field_validator("expect")
     @classmethod
@@ -581,11 +600,33 @@ class Deployment(_Strict):
                     raise ValueError(
                         f"variants[{i}].speculative: merged with [launch.speculative] it is incomplete: {problems}"
                     ) from None
+        self._check_effects()
         if self.runner.is_cpu and self.launch.tp_size != 1:
             raise ValueError(f"launch.tp_size: a CPU runner serves with tp_size 1, not {self.launch.tp_size}")
         if not self.runner.is_cpu and self.launch.tp_size > self.runner.gpu_count:
             raise ValueError(f"launch.tp_size: {self.launch.tp_size} exceeds runner.gpu_count {self.runner.gpu_count}")
         return self
+
+    def _check_effects(self) -> None:
+        ids = [v.id for v in self.variants]
+        if self.reference_variant is not None and self.reference_variant not in ids:
+            raise ValueError(f"reference_variant: {self.reference_variant!r} is not a variant ({', '.join(ids)})")
+        workloads = {w.id for w in self.workloads}
+        for i, variant in enumerate(self.variants):
+            if variant.expect_effect and variant.id == self.reference:
+                raise ValueError(
+                    f"variants[{i}].expect_effect: {variant.id!r} is the reference variant, which nothing is held "
+                    "against; set reference_variant to the variant it should beat"
+                )
+            for workload in variant.expect_effect:
+                if workload not in workloads:
+                    known = ", ".join(sorted(workloads)) or "none"
+                    raise ValueError(f"variants[{i}].expect_effect.{workload}: no such workload (workloads: {known})")
+
+    @property
+    def reference(self) -> str:
+        """The variant the others' effects are measured against."""
+        return self.reference_variant or self.variants[0].id
 
     @property
     def config_path(self) -> Path:

@@ -7,7 +7,7 @@ per-request record under "result", which sglperf writes for people and tools but
 from __future__ import annotations
 
 from enum import Enum
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -159,6 +159,11 @@ class MeasurementRecord(BaseModel):
     server_metrics: ServerMetricsRecord | None = None  # the server's /metrics per measured round
     server_metrics_note: str | None = None  # why they are missing or stopped
     skip_reason: str | None = Field(default=None, exclude=True)  # the item skips (policy "skip")
+    # For variant effects (`sglperf.baselines.variant_effects`), so a results folder alone can say them:
+    started_at: str | None = None  # ISO UTC, when the first round began
+    reference_variant: str | None = None  # the deployment's variant every other is held against
+    floors: dict[str, float] = Field(default_factory=dict)  # the workload's regression floors per metric
+    expected_effects: dict[str, Literal["lower", "higher"]] = Field(default_factory=dict)  # metric -> its way
 
     @property
     def load(self) -> LoadPoint:

@@ -57,6 +57,8 @@ class DeploymentFile(pytest.File):
         deployment = load(self.path)
         for variant in deployment.variants:
             yield VariantNode.from_parent(self, name=variant.id, deployment=deployment)
+        if any(v.expect_effect for v in deployment.variants):
+            yield EffectsNode.from_parent(self, name="effects", deployment=deployment)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
         message = explained(excinfo)
@@ -105,6 +107,30 @@ class VariantNode(pytest.Collector):
                     intent="",
                     workload_id=workload.id,
                 )
+
+
+class EffectsNode(pytest.Collector):
+    """The effects variants declare (expect_effect), after every variant: each holds one variant's rounds
+    against the reference variant's, so both must have been measured first."""
+
+    def __init__(self, *, deployment: Deployment, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.deployment = deployment
+
+    def collect(self) -> Iterator[pytest.Item]:
+        d = self.deployment
+        for variant in d.variants:
+            for workload in (w for w in d.workloads if w.id in variant.expect_effect):
+                for point in workload.load_points():
+                    yield VariantEffectItem.from_parent(
+                        self,
+                        name=f"{d.key}-{variant.id}-{workload.id}-{point.tag}-effect",
+                        deployment=d,
+                        variant_id=variant.id,
+                        intent="",
+                        workload_id=workload.id,
+                        load=point,
+                    )
 
 
 class SglperfItem(pytest.Item):
@@ -235,6 +261,39 @@ class MeasureItem(LiveTierItem):
             "call", "measurement" + (" (EMULATOR, not GPU results)" if record.emulated else ""), "\n".join(lines)
         )
         judge_measurement(record)
+
+
+class VariantEffectItem(SglperfItem):
+    """The effect a variant declares (expect_effect) against the reference variant, from this run's
+    records. It needs no server of its own, so it keeps its place after every variant's measurements."""
+
+    tier = "measure"
+
+    def __init__(self, *, workload_id: str, load: LoadPoint, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.workload_id = workload_id
+        self.load = load
+
+    def setup(self) -> None:
+        reason = self.config.stash[LIVE_KEY].skip_reason(self.deployment)
+        if reason:
+            raise _skip(reason)
+
+    def runtest(self) -> None:
+        variant = self.deployment.variant(self.variant_id)
+        workload = next(w for w in self.deployment.workloads if w.id == self.workload_id)
+        try:
+            effects = self.config.stash[LIVE_KEY].effects(self.deployment, variant, workload, self.load)
+        except LiveSkip as exc:
+            raise _skip(str(exc)) from None
+        self.add_report_section("call", "variant effect", "\n".join(e.line() for e in effects))
+        wanted = variant.expect_effect[workload.id]
+        where = f"{self.deployment.key}/{variant.id} vs {self.deployment.reference}, {workload.id}@{self.load.tag}"
+        unmeasured = sorted(set(wanted) - {e.metric for e in effects})
+        lines = [e.line() for e in effects if e.expectation_met is False]
+        lines += [f"{where}: {metric} expected {wanted[metric]}, but not measured on both" for metric in unmeasured]
+        if lines:
+            raise ItemFailure("\n".join(lines))
 
 
 class CapacityItem(LiveTierItem):

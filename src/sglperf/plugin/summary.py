@@ -7,13 +7,15 @@ from typing import Any
 
 import pytest
 
+from sglperf.baselines.variant_effects import variant_effects
 from sglperf.history import chosen
-from sglperf.history.results_folder import ResultsError
+from sglperf.history.results_folder import ResultsError, collect
 from sglperf.model.measurement import MeasurementRow
 from sglperf.model.metrics import METRICS, MetricOutcome
 from sglperf.plugin.items import MEASUREMENT_PROPERTY
 from sglperf.plugin.keys import LIVE_KEY
 from sglperf.reporting import markdown
+from sglperf.reporting.effects import effect_lines
 
 # Columns of the terminal table: (metric, heading, scale, format).
 COLUMNS = (
@@ -57,8 +59,14 @@ class RunSummary:
         if not hasattr(self.config, "workerinput") and folder.is_dir():
             try:
                 path, said = markdown.record_and_write(folder.resolve(), chosen(self.config.getoption("history_store")))
+                effects = variant_effects(collect(folder.resolve()).measurements)
             except ResultsError:
                 return  # nothing was recorded in this run
+            if effects:
+                tag = " (EMULATOR: a test double, not GPU results)" if any(r.emulated for r in self.rows) else ""
+                tr.section(f"sglperf variant effects{tag}")
+                for line in effect_lines(effects):
+                    tr.write_line(line)
             for line in said:
                 tr.write_line(line)
             tr.write_line(f"sglperf report: {path}")

@@ -7,11 +7,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from sglperf.baselines import roofline
+from sglperf.baselines.variant_effects import variant_effects
 from sglperf.history import HistoryError, SqlHistoryStore, open_store
 from sglperf.history.ingest import stored_run
 from sglperf.history.results_folder import RunResults, collect
 from sglperf.model.measurement import MeasurementRecord, Roofline
 from sglperf.reporting import history, plots
+from sglperf.reporting.effects import effects_markdown
+from sglperf.reporting.plots import effect_plot_name
 from sglperf.sglang.metrics_catalogue import WATCHED
 
 REPORT_NAME = "report.md"
@@ -192,6 +195,10 @@ def markdown(
             lines.append("")
             for path in plot_files.get(m.key, ()):
                 lines += [f"![{path.stem}](plots/{path.name})", ""]
+    effects = variant_effects(run.measurements)
+    lines += effects_markdown(effects)
+    for name in sorted({effect_plot_name(e) for e in effects}):
+        lines += [f"![{path.stem}](plots/{path.name})\n" for path in plot_files.get(name, ())]
     if any(_hardware_roofline(m) for m in run.measurements):
         lines += [
             "## Roofline",

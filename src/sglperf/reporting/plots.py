@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import groupby
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from sglperf.baselines.changepoint import Drift
+from sglperf.baselines.variant_effects import variant_effects
 from sglperf.history.results_folder import RunResults
 from sglperf.model.files import confined
 from sglperf.model.measurement import MeasurementRecord
 from sglperf.model.metrics import unit_of
+from sglperf.model.variant_effect import EffectVerdict, VariantEffect
 from sglperf.reporting.history import Point, RunHistory
 
 
@@ -94,6 +97,51 @@ def history_figure(key: str, points: Sequence[Point], path: Path, emulated: bool
     return path
 
 
+EFFECT_COLOUR = {
+    EffectVerdict.BETTER: "#1e8449",
+    EffectVerdict.WORSE: "#c0392b",
+    EffectVerdict.NO_EFFECT: "#555555",
+    EffectVerdict.UNDECIDED: "#b9770e",
+    EffectVerdict.NOT_JUDGED: "#aaaaaa",
+}
+
+
+def effects_figure(effects: Sequence[VariantEffect], path: Path, emulated: bool) -> Path:
+    """A forest plot for one workload and load point: each variant's change per metric against the
+    reference, its interval, and the metric's floor as a band around zero."""
+    _agg()
+    import matplotlib.pyplot as plt
+
+    rows = sorted(effects, key=lambda e: (e.variant, e.metric))
+    fig, ax = plt.subplots(figsize=(8.0, 1.2 + 0.36 * len(rows)))
+    for y, e in enumerate(rows):
+        ax.fill_between([-e.floor * 100, e.floor * 100], y - 0.4, y + 0.4, color="#d6eaf8", linewidth=0)
+        if e.verdict is EffectVerdict.NOT_JUDGED:
+            continue
+        colour = EFFECT_COLOUR[e.verdict]
+        low, high = (e.ci_low - 1) * 100, (e.ci_high - 1) * 100
+        ax.hlines(y, low, high, color=colour, linewidth=2.2)
+        marker = "X" if e.expectation_met is False else "o"
+        ax.plot([(e.ratio - 1) * 100], [y], marker=marker, color=colour, markersize=7)
+    ax.axvline(0, color="black", linewidth=0.8)
+    ax.set_yticks(range(len(rows)), [f"{e.variant}: {e.metric} ({e.verdict.value})" for e in rows], fontsize=9)
+    ax.invert_yaxis()
+    ax.set_xlabel("change of the median vs the reference, % (bars: interval; shaded: the floor)")
+    ax.grid(axis="x", alpha=0.3)
+    first = rows[0] if rows else None
+    where = f"{first.deployment}: {first.workload}@{first.load}, against {first.reference}" if first else ""
+    tag = " [EMULATOR: test double, not GPU results]" if emulated else ""
+    ax.set_title(f"Variant effects, {where}{tag}", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def effect_plot_name(effect: VariantEffect) -> str:
+    return f"effects-{effect.deployment}-{effect.workload}-{effect.load}"
+
+
 def draw(run: RunResults, out_dir: Path, past: RunHistory | None = None) -> dict[str, list[Path]]:
     """All plots of a run; a history figure for each measurement with two runs or more in ``past``."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -106,4 +154,7 @@ def draw(run: RunResults, out_dir: Path, past: RunHistory | None = None) -> dict
             path = confined(out_dir, f"{key}-history.png")
             drifts = past.drifts.get(key, []) if past else []
             made[key].append(history_figure(key, points, path, record.emulated, drifts))
+    effects = sorted(variant_effects(run.measurements), key=effect_plot_name)
+    for name, group in groupby(effects, key=effect_plot_name):
+        made[name] = [effects_figure(list(group), confined(out_dir, f"{name}.png"), run.emulated)]
     return made

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from sglperf import preflight
+from sglperf.baselines.variant_effects import variant_effects
 from sglperf.judge import coverage, live_evidence
 from sglperf.judge import divergence as args_divergence
 from sglperf.model.deployment import Deployment, LoadPoint, Variant, Workload
@@ -23,6 +24,7 @@ from sglperf.model.measurement import MeasurementRecord
 from sglperf.model.progress import Progress
 from sglperf.model.resolution import EffectiveArgs
 from sglperf.model.server_facts import ServerFacts
+from sglperf.model.variant_effect import VariantEffect
 from sglperf.model.verdict import Verdict
 from sglperf.runtime import gpus, server, server_info
 from sglperf.runtime.attach import AttachedServer, AttachError, DeclaredGpus, attached_profile_problems, read_attached
@@ -52,6 +54,7 @@ class LiveSession:
         self.launches = 0  # servers this session started (attached ones are not)
         self._attached_to: tuple[str, str] | None = None
         self.capacity_search = CapacitySearch()
+        self.measured: dict[str, MeasurementRecord] = {}  # by measurement key, this process's
 
     def _inventory(self, deployment: Deployment) -> gpus.Inventory:
         if self.options.emulator and not os.environ.get(gpus.SIMULATED_ENV):
@@ -341,9 +344,35 @@ class LiveSession:
             checked = [*self.verdicts(deployment, variant), *running.check.verdicts]
             wrong_args = [v for v in checked if v.status.failed]
         record = Measurement(self.options, running, workload, load, self.progress, wrong_args).run()
+        self.measured[record.key] = record
         if step is not None:
             self.capacity_search.add(search, step, record)
         return record
+
+    def effects(
+        self, deployment: Deployment, variant: Variant, workload: Workload, load: LoadPoint
+    ) -> list[VariantEffect]:
+        """What ``variant`` bought at this point against the reference variant, for the metrics its
+        expect_effect names, from this run's records: this process's, or another xdist worker's file."""
+        keys = {v: f"{deployment.key}-{v}-{workload.id}-{load.tag}" for v in (deployment.reference, variant.id)}
+        records = {v: self.measured.get(key) or self._this_runs_record(key) for v, key in keys.items()}
+        missing = [v for v, record in records.items() if record is None]
+        if missing:
+            raise LiveSkip(
+                f"{deployment.key}/{variant.id} {workload.id}@{load.tag}: effect not judged: "
+                f"{' and '.join(missing)} not measured at this point in this run (deselected, or it failed)"
+            )
+        wanted = variant.expect_effect.get(workload.id, {})
+        return [e for e in variant_effects(r for r in records.values() if r) if e.metric in wanted]
+
+    def _this_runs_record(self, key: str) -> MeasurementRecord | None:
+        path = self.options.results_dir / "measurements" / f"{key}.json"
+        try:
+            record = MeasurementRecord.model_validate_json(read_input(path))
+        except (OSError, ValueError):
+            return None
+        this_run = self.options.run.run_id if self.options.run else None
+        return record if record.run_id == this_run else None
 
     def capacity(self, deployment: Deployment, variant: Variant, workload: Workload) -> CapacityReport:
         """A capacity workload's ladder as this session measured it, judged against the baseline's."""

@@ -14,6 +14,7 @@ Everything the variant's preflight and config.json say comes from its `RunningVa
 
 from __future__ import annotations
 
+import datetime as _dt
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -35,6 +36,7 @@ from sglperf.model.gpu_telemetry import DEFAULT_MAX_GPU_THROTTLE, GpuLimits, Gpu
 from sglperf.model.hardware import memory_bandwidth
 from sglperf.model.host_load import DEFAULT_MAX_HOST_LOAD, HostLoadSummary
 from sglperf.model.measurement import BaselineStatus, MeasurementRecord, Provenance, Roofline, Rounds
+from sglperf.model.metrics import METRICS
 from sglperf.model.progress import Progress, say_once
 from sglperf.model.server_facts import ServerFacts
 from sglperf.model.server_metrics import ServerMetricsRecord
@@ -116,6 +118,7 @@ class Measurement:
         self.key = f"{deployment.key}-{variant.id}-{workload.id}-{load.tag}"
         self.path = baseline_path(options, running)
         self.thresholds = deployment.thresholds_for(workload)
+        self.started_at: str | None = None  # ISO UTC, set when the rounds begin
         self.record_command = f"pytest -k {self.key} --update-baselines" + (
             " --emulator" if running.facts.emulated else ""
         )
@@ -141,6 +144,7 @@ class Measurement:
             entry_key = store.entry_key(workload.id, self.concurrency, workload.rate)
             lookup = regression.look_up(self.path, prov, entry_key, self.record_command, workload.schedule())
         plan, why = self._sequential_plan(lookup)
+        self.started_at = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
         result, guards, stop_reasons = self._meter(prompts, plan, lookup)
         return self._judge_and_write(prov, prompts, lookup, plan, why, result, guards, stop_reasons)
 
@@ -324,6 +328,10 @@ class Measurement:
             gpu=gpu_summary,
             gpu_note=guards.gpu_note,
             skip_reason=verdict.skip_reason,
+            started_at=self.started_at,
+            reference_variant=running.deployment.reference,
+            floors={m: self.thresholds.get(m, METRICS[m].default_threshold) for m in samples if m in METRICS},
+            expected_effects=running.variant.expect_effect.get(workload.id, {}),
         )
         self._write(record, result)
         return record

@@ -1,0 +1,123 @@
+"""Variant against variant, within one run: what each variant's flags bought on this machine.
+
+A nightly run measures every variant with the same prompts on the same machine, so each variant's
+rounds can be held against the reference variant's (the deployment's ``reference_variant``, default its
+first) with no stored baseline at all: a first run on a new runner already answers "does the prefill
+graph pay off here?". The judgement is the baseline verdict's (`sglperf.baselines.stats`): the one-sided
+rank test at its alpha, the Hodges-Lehmann interval of the shift ratio, and the metric's regression
+threshold for the workload as the practical floor. Four answers, never a bare "ok":
+
+* better / worse: the median moved beyond the floor and the test is significant that way;
+* no effect: the whole interval lies within +/- the floor: whatever the flags do here is below it;
+* undecided: neither; the interval reaches past the floor, so more rounds would tell;
+* not judged: too few rounds on one side for the test to reach its level.
+
+The two variants' rounds ran one after the other on one machine, not interleaved: a slow drift of the
+machine between them reads as an effect. Each effect carries how far apart they started, and the host
+and GPU guards that drop disturbed rounds apply to both as to any measurement.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+from collections.abc import Iterable, Sequence
+from itertools import groupby
+
+from sglperf.baselines import stats
+from sglperf.baselines.regression import WEIGHT_DEPENDENT
+from sglperf.model.measurement import MeasurementRecord
+from sglperf.model.metrics import METRICS, Direction, MetricOutcome
+from sglperf.model.variant_effect import EffectVerdict, VariantEffect
+
+_MOVED = {MetricOutcome.IMPROVEMENT: EffectVerdict.BETTER, MetricOutcome.REGRESSION: EffectVerdict.WORSE}
+
+
+def effect_of(
+    reference: MeasurementRecord, variant: MeasurementRecord, metric: str, floor: float | None = None
+) -> VariantEffect:
+    """One metric of ``variant`` against ``reference`` (same deployment, workload and load point)."""
+    floor = floor if floor is not None else variant.floors.get(metric, reference.floors.get(metric))
+    c = stats.compare_samples(metric, reference.samples[metric], variant.samples[metric], threshold=floor)
+    if c.outcome is MetricOutcome.INSUFFICIENT:
+        verdict = EffectVerdict.NOT_JUDGED
+    elif c.outcome in _MOVED:
+        verdict = _MOVED[c.outcome]
+    else:
+        # The floor as the baseline verdict applies it, on either side of 1 in log space.
+        bound = -math.log1p(-c.threshold) if c.direction is Direction.HIGHER_IS_BETTER else math.log1p(c.threshold)
+        inside = abs(math.log(c.ci_low)) <= bound and abs(math.log(c.ci_high)) <= bound
+        verdict = EffectVerdict.NO_EFFECT if inside else EffectVerdict.UNDECIDED
+    return VariantEffect(
+        deployment=variant.deployment,
+        reference=reference.variant,
+        variant=variant.variant,
+        workload=variant.workload,
+        load=variant.load.tag,
+        metric=metric,
+        direction=c.direction,
+        reference_median=c.baseline_median,
+        variant_median=c.current_median,
+        ratio=c.ratio,
+        ci_low=c.ci_low,
+        ci_high=c.ci_high,
+        p_value=c.p_value,
+        level=c.ci_level,
+        floor=c.threshold,
+        verdict=verdict,
+        n_reference=c.n_baseline,
+        n_variant=c.n_current,
+        expected=variant.expected_effects.get(metric),
+        apart_s=_apart(reference, variant),
+    )
+
+
+def _apart(reference: MeasurementRecord, variant: MeasurementRecord) -> float | None:
+    """Seconds from the reference's first round to the variant's (negative: the variant ran first)."""
+    if reference.started_at is None or variant.started_at is None:
+        return None
+    began = _dt.datetime.fromisoformat(reference.started_at)
+    return (_dt.datetime.fromisoformat(variant.started_at) - began).total_seconds()
+
+
+def _metrics(reference: MeasurementRecord, variant: MeasurementRecord) -> list[str]:
+    dummy = reference.provenance.dummy_weights or variant.provenance.dummy_weights
+    both = set(reference.samples) & set(variant.samples)
+    return sorted(
+        m
+        for m in both
+        if m in METRICS and reference.samples[m] and variant.samples[m] and not (dummy and m in WEIGHT_DEPENDENT)
+    )
+
+
+def _point(record: MeasurementRecord) -> tuple[str, str, str, str]:
+    return (record.run_id or "", record.deployment, record.workload, record.load.tag)
+
+
+def variant_effects(records: Iterable[MeasurementRecord]) -> list[VariantEffect]:
+    """Every variant against its deployment's reference variant, per workload x load point and metric,
+    for the points where both were measured in the same run (and the reference is known: records written
+    before variant effects carry none)."""
+    effects: list[VariantEffect] = []
+    for _, group in groupby(sorted(records, key=_point), key=_point):
+        at_point = list(group)
+        named = {r.reference_variant for r in at_point if r.reference_variant}
+        by_variant = {r.variant: r for r in at_point}
+        if len(named) != 1 or (reference := by_variant.get(named.pop())) is None:
+            continue
+        for record in sorted(at_point, key=lambda r: r.variant):
+            if record is not reference:
+                effects += [effect_of(reference, record, metric) for metric in _metrics(reference, record)]
+    return effects
+
+
+def without_measured_effect(effects: Sequence[VariantEffect]) -> list[str]:
+    """Variants whose every judged metric, at every point, came out "no effect": effective flags that
+    bought nothing measurable on this run's machine (the runtime twin of preflight's INERT)."""
+    out = []
+    keyed = sorted(effects, key=lambda e: (e.deployment, e.variant))
+    for (deployment, variant), group in groupby(keyed, key=lambda e: (e.deployment, e.variant)):
+        verdicts = {e.verdict for e in group}
+        if verdicts == {EffectVerdict.NO_EFFECT}:
+            out.append(f"{deployment}/{variant}")
+    return out
