@@ -23,6 +23,7 @@ from sglperf.sglang import envs
 if TYPE_CHECKING:
     from sglperf import history, preflight
     from sglperf.history.records import StoredRun
+    from sglperf.model.measurement import MeasurementRecord
     from sglperf.sglang.intents import ParserInfo
 
 DEFAULT_DEPLOYMENTS = "deployments"
@@ -286,13 +287,16 @@ def _runs_in(path: Path) -> list[StoredRun]:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    """Two runs (ids in the store, or results folders): every metric and intent that changed."""
+    """Two runs (ids in the store, or results folders): every metric and intent that changed; with
+    --variants, one run's variants against its reference variant."""
     from sglperf.history import compare, ingest
 
+    if args.variants == (args.b is not None):
+        raise UsageError("compare takes two runs, or one run with --variants")
     store: history.SqlHistoryStore | None = None
     try:
         runs = []
-        for given in (args.a, args.b):
+        for given in (args.a, args.b) if args.b is not None else (args.a,):
             if Path(given).is_dir():
                 runs.append(ingest.from_folder(Path(given)))
                 continue
@@ -304,8 +308,28 @@ def cmd_compare(args: argparse.Namespace) -> int:
     finally:
         if store is not None:
             store.close()
+    if args.variants:
+        return _print_variant_effects(runs[0].measurements, runs[0].identity.label, args.json)
     a, b = runs
     print(compare.render(a.identity.label, b.identity.label, compare.compare_runs(a, b)))
+    return 0
+
+
+def _print_variant_effects(records: Sequence[MeasurementRecord], label: str, as_json: bool) -> int:
+    from sglperf.baselines.variant_effects import variant_effects
+    from sglperf.reporting.effects import effect_lines, effects_json
+
+    effects = variant_effects(records)
+    if as_json:
+        print(effects_json(effects))
+    elif not effects:
+        print(f"{label}: no variant effects (it measured no point with the reference variant and another one)")
+    else:
+        print(
+            f"Variant effects in {label}"
+            + (" (EMULATOR: a test double, not GPU results)" if any(r.emulated for r in records) else "")
+        )
+        print("\n".join(effect_lines(effects)))
     return 0
 
 
@@ -425,9 +449,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--history-store", metavar="PATH|URL", help=store_help)
     p.set_defaults(func=cmd_history)
 
-    p = sub.add_parser("compare", help="two runs side by side: every metric and intent that changed")
+    p = sub.add_parser(
+        "compare",
+        help="two runs side by side: every metric and intent that changed; or, with --variants, one run's "
+        "variants against its reference variant",
+    )
     p.add_argument("a", help="a run id in the history store, or a results folder")
-    p.add_argument("b", help="a run id in the history store, or a results folder")
+    p.add_argument("b", nargs="?", help="a run id in the history store, or a results folder")
+    p.add_argument(
+        "--variants",
+        action="store_true",
+        help="one run: each variant against the deployment's reference variant (rank test, interval, floor)",
+    )
+    p.add_argument("--json", action="store_true", help="with --variants: the effects as JSON records")
     p.add_argument("--history-store", metavar="PATH|URL", help=store_help)
     p.set_defaults(func=cmd_compare)
 

@@ -41,7 +41,7 @@ DRIFT_FROM = 5  # the first slower night
 SLOWDOWN_PER_NIGHT = 0.05
 # One variant, one small workload: the nights take seconds each.
 DEPLOYMENT = (
-    QWEN36.read_text()[: QWEN36.read_text().index("[[variants]]")]
+    QWEN36.read_text()[: QWEN36.read_text().index("[[variants]]")].replace('reference_variant = "mtp3-defaults"\n', "")
     + """
 [[variants]]
 id = "mtp1"

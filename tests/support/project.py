@@ -29,10 +29,13 @@ def make_project(root: Path, deployment_text: str | None = None) -> Path:
 
 
 def with_workloads(text: str, *, own_model_folder: bool = False) -> str:
-    """A deployment text with its [[workloads]] replaced (fast ones for emulator tests), naming the
+    """A deployment text with its [[workloads]] replaced (fast ones for emulator tests; the variants' expected
+    effects, which name the shipped workloads, left out), naming the
     repository's model folder (see `shared_model`) unless the test puts files in a folder of its own."""
     start = QWEN36.read_text().index("# Workloads for the measurement tier.")
-    deployment = QWEN36.read_text()[:start] + text
+    # The shipped expect_effect names a shipped workload: gone with them (a test states its own).
+    head = "".join(line for line in QWEN36.read_text()[:start].splitlines(True) if not line.startswith("expect_effect"))
+    deployment = head + text
     return deployment if own_model_folder else shared_model(deployment)
 
 

@@ -38,8 +38,28 @@ BAD_FILES = {
         "expect: unknown intent 'prefil_cuda_graph'; allowed: decode_cuda_graph, overlap_schedule, prefill_cuda_graph",
     ),
     "unknown intent in a variant": (
-        {"request = { prefill_cuda_graph = true }\n\n": "request = { piecewise = true }\n\n"},
+        {"request = { prefill_cuda_graph = true }\n#": "request = { piecewise = true }\n#"},
         "variants[2].request: unknown intent 'piecewise'",
+    ),
+    "reference variant that is none": (
+        {'reference_variant = "mtp3-defaults"': 'reference_variant = "mtp9"'},
+        "reference_variant: 'mtp9' is not a variant (mtp1, mtp3-defaults, mtp3-prefill-graph, mtp3-full)",
+    ),
+    "expected effect on a workload that is none": (
+        {"{ prefill-long = { ttft_s": "{ prefill-short = { ttft_s"},
+        "variants[2].expect_effect.prefill-short: no such workload (workloads: chat-at-rate, decode-chat,",
+    ),
+    "expected effect of an unknown metric": (
+        {'{ ttft_s = "lower" }': '{ tok_s = "lower" }'},
+        "variants[2].expect_effect: prefill-long: unknown metric(s) tok_s; known: accept_length",
+    ),
+    "expected effect in a direction that is none": (
+        {'{ ttft_s = "lower" }': '{ ttft_s = "faster" }'},
+        "variants[2].expect_effect.prefill-long.ttft_s: Input should be 'lower' or 'higher'",
+    ),
+    "expected effect on the reference itself": (
+        {'reference_variant = "mtp3-defaults"': 'reference_variant = "mtp3-prefill-graph"'},
+        "variants[2].expect_effect: 'mtp3-prefill-graph' is the reference variant",
     ),
     "wrong type": ({"tp_size = 2": "tp_size = 'two'"}, "launch.tp_size: Input should be a valid integer"),
     "duplicate variant": ({'id = "mtp3-full"': 'id = "mtp1"'}, "duplicate variant id 'mtp1'"),

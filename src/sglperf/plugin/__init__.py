@@ -24,7 +24,7 @@ from sglperf.model.files import SAFE_NAME_PATTERN, writable_folder_problem
 from sglperf.model.gpu_telemetry import DEFAULT_MAX_GPU_THROTTLE
 from sglperf.model.host_load import DEFAULT_MAX_HOST_LOAD
 from sglperf.model.progress import Progress
-from sglperf.plugin.items import DeploymentFile
+from sglperf.plugin.items import DeploymentFile, EffectSelection
 from sglperf.plugin.keys import LIVE_KEY, PREFLIGHT_KEY, PROGRESS_KEY, SIGTERM_KEY
 from sglperf.plugin.progress import LiveProgress
 from sglperf.plugin.summary import RunSummary
@@ -78,7 +78,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         help="run the live tier against the SGLang emulator (a test double; its numbers are not GPU results)",
     )
-    add("--emulator-config", metavar="JSON|@FILE", help="timing model and faults for the emulator")
+    add(
+        "--emulator-config",
+        metavar="JSON|@FILE",
+        help='timing model and faults for the emulator; a "variants" object gives variants their own (by id)',
+    )
     add("--model-path", metavar="PATH", help="checkpoint path on this runner (or $SGLPERF_MODEL_PATH)")
     add("--api-key", metavar="KEY", help="API key the servers require (or $SGLPERF_API_KEY)")
     add("--results-dir", metavar="DIR", help="where server logs and results go (default: results/<UTC time>)")
@@ -206,6 +210,7 @@ def _raise_keyboard_interrupt(signum: int, frame: Any) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(RunSummary(config), "sglperf-run-summary")
+    config.pluginmanager.register(EffectSelection(), "sglperf-effect-selection")
     for name, meaning in TIER_MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {meaning}")
     config.addinivalue_line("markers", MARKER_HELP)

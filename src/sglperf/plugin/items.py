@@ -133,6 +133,29 @@ class EffectsNode(pytest.Collector):
                     )
 
 
+class EffectSelection:
+    """An effect item runs only beside both measurements it compares: `-k mtp1` or `-m "not measure"` that
+    leaves out the variant's or the reference's measurement deselects it, rather than skipping it."""
+
+    @pytest.hookimpl(trylast=True)  # after -k and -m have deselected
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        measured = {
+            (i.deployment.path, i.variant_id, i.workload_id, i.load.tag) for i in items if isinstance(i, MeasureItem)
+        }
+        keep: list[pytest.Item] = []
+        drop: list[pytest.Item] = []
+        for item in items:
+            if isinstance(item, VariantEffectItem):
+                d, point = item.deployment, (item.workload_id, item.load.tag)
+                needed = {(d.path, v, *point) for v in (d.reference, item.variant_id)}
+                (keep if needed <= measured else drop).append(item)
+            else:
+                keep.append(item)
+        if drop:
+            config.hook.pytest_deselected(items=drop)
+            items[:] = keep
+
+
 class SglperfItem(pytest.Item):
     tier = ""
 

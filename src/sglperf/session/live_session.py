@@ -278,7 +278,7 @@ class LiveSession:
                 size.weight_gib_per_gpu(deployment.launch.tp_size, vision=False, vision_replicated=False, mtp=mtp), 3
             )
         }
-        config.update(_user_emulator_config(self.options.emulator_config))
+        config.update(_variant_config(_user_emulator_config(self.options.emulator_config), check.variant.id))
         return {"SGLPERF_EMULATOR_EFFECTIVE": str(path), "SGLPERF_EMULATOR_CONFIG": json.dumps(config)}
 
     def verdicts(self, deployment: Deployment, variant: Variant) -> list[Verdict]:
@@ -445,6 +445,15 @@ def _with_server_metrics(
     if not release_has(flag):
         return launch, f"server metrics not read: this SGLang release has no {flag}"
     return replace(launch, argv=(*launch.argv, flag)), None
+
+
+def _variant_config(config: dict[str, Any], variant: str) -> dict[str, Any]:
+    """--emulator-config with its "variants" table applied: {"variants": {"fast": {"decode_slowdown": 0.9}}}
+    gives that variant its own timing, so a test can plant a known difference between variants."""
+    per_variant = config.pop("variants", {})
+    if not isinstance(per_variant, dict) or not all(isinstance(v, dict) for v in per_variant.values()):
+        raise server.ServerStartError('--emulator-config: "variants" must map variant ids to objects')
+    return {**config, **per_variant.get(variant, {})}
 
 
 def _user_emulator_config(text: str | None) -> dict[str, Any]:
