@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -98,4 +99,5 @@ def skip_if_the_host_stayed_busy(result: pytest.RunResult) -> None:
         return
     for line in result.outlines:
         if HOST_STAYED_BUSY in line:
-            pytest.skip(f"not judged: {line.split(' - ', 1)[-1][:400]}")
+            said = re.sub(r"^E\s+[\w.]+Error:\s*", "", line.split(" - ", 1)[-1].strip())  # a traceback's line
+            pytest.skip(f"not judged: {said[:400]}")

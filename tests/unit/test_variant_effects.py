@@ -3,6 +3,8 @@ baseline verdict's test, interval and floor; the run order kept; the expectation
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -10,7 +12,9 @@ from hypothesis import strategies as st
 
 from sglperf.baselines.variant_effects import effect_of, variant_effects, without_measured_effect
 from sglperf.model.measurement import MeasurementRecord
-from sglperf.model.variant_effect import EffectVerdict
+from sglperf.model.variant_effect import EffectVerdict, VariantEffect
+from sglperf.reporting.effects import NO_MEASURED_EFFECT, effect_lines, effects_markdown
+from sglperf.reporting.plots import effects_figure
 
 from ..support.history import measurement
 
@@ -118,3 +122,41 @@ def test_swapping_reference_and_variant_mirrors_the_verdict(shift: float, seed: 
     assert forward.ci_low == pytest.approx(1 / backward.ci_high) and forward.ci_high == pytest.approx(
         1 / backward.ci_low
     )
+
+
+def _run_effects() -> list[VariantEffect]:
+    records = [
+        _variant("ref", _noisy(70.0, cv=0.005), _noisy(0.020, cv=0.005, seed=9), started="2026-12-05T01:00:00+00:00"),
+        _variant(
+            "fast",
+            _noisy(75.6, cv=0.005, seed=1),
+            _noisy(0.020, cv=0.005, seed=10),
+            started="2026-12-05T01:06:00+00:00",
+            expected={"ttft_s": "lower"},
+        ),
+        _variant("same", _noisy(70.0, cv=0.005, seed=5), _noisy(0.020, cv=0.005, seed=11)),
+    ]
+    return variant_effects(records)
+
+
+def test_the_console_says_what_moved_in_full_and_counts_the_rest() -> None:
+    lines = effect_lines(_run_effects())
+    assert lines[0] == "qwen36/fast vs ref, chat@c1 (ran 6.0 min after it):"
+    assert lines[1].startswith("  decode_tok_s: +8.") and lines[1].endswith("(better)")
+    assert lines[2].startswith("  ttft_s: no effect detected: within +/-") and lines[2].endswith(
+        "EXPECTED lower, NOT DETECTED"
+    )
+    assert lines[3] == "qwen36/same vs ref, chat@c1 (ran 0.0 min after it):"
+    assert lines[4] == "  all metrics: 2 no effect"
+    assert lines[-1] == f"qwen36/same: {NO_MEASURED_EFFECT}"
+
+
+def test_the_report_has_a_row_per_metric_and_the_forest_plot_draws(tmp_path: Path) -> None:
+    effects = _run_effects()
+    section = "\n".join(effects_markdown(effects))
+    assert section.startswith("## Variant effects")
+    assert "| fast | ref | chat@c1 (ran 6.0 min after it) | decode_tok_s | 70." in section
+    assert "no effect (expected lower: **not detected**)" in section
+    assert f"- **qwen36/same**: {NO_MEASURED_EFFECT}" in section
+    path = effects_figure(effects, tmp_path / "effects.png", emulated=True)
+    assert path.stat().st_size > 10_000

@@ -113,7 +113,7 @@ def effects_figure(effects: Sequence[VariantEffect], path: Path, emulated: bool)
     import matplotlib.pyplot as plt
 
     rows = sorted(effects, key=lambda e: (e.variant, e.metric))
-    fig, ax = plt.subplots(figsize=(8.0, 1.2 + 0.36 * len(rows)))
+    fig, ax = plt.subplots(figsize=(8.0, 1.6 + 0.42 * len(rows)))
     for y, e in enumerate(rows):
         ax.fill_between([-e.floor * 100, e.floor * 100], y - 0.4, y + 0.4, color="#d6eaf8", linewidth=0)
         if e.verdict is EffectVerdict.NOT_JUDGED:
@@ -124,13 +124,18 @@ def effects_figure(effects: Sequence[VariantEffect], path: Path, emulated: bool)
         marker = "X" if e.expectation_met is False else "o"
         ax.plot([(e.ratio - 1) * 100], [y], marker=marker, color=colour, markersize=7)
     ax.axvline(0, color="black", linewidth=0.8)
-    ax.set_yticks(range(len(rows)), [f"{e.variant}: {e.metric} ({e.verdict.value})" for e in rows], fontsize=9)
+    labels = [
+        f"{e.variant}: {e.metric} ({e.verdict.value})"
+        + (f"\nEXPECTED {e.expected}: not detected" if e.expectation_met is False else "")
+        for e in rows
+    ]
+    ax.set_yticks(range(len(rows)), labels, fontsize=9)
     ax.invert_yaxis()
     ax.set_xlabel("change of the median vs the reference, % (bars: interval; shaded: the floor)")
     ax.grid(axis="x", alpha=0.3)
     first = rows[0] if rows else None
     where = f"{first.deployment}: {first.workload}@{first.load}, against {first.reference}" if first else ""
-    tag = " [EMULATOR: test double, not GPU results]" if emulated else ""
+    tag = "\n[EMULATOR: test double, not GPU results]" if emulated else ""
     ax.set_title(f"Variant effects, {where}{tag}", fontsize=11)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
