@@ -484,6 +484,8 @@ def toml_problem(block: Block, workdir: Path) -> str | None:
             load_deployment(path)
         else:  # a fragment: in context, merged into a deployment that is valid by itself
             merged = _merge(tomllib.loads(QWEN36.read_text()), data)
+            if "workloads" in data:  # qwen36's expected effects name its own workloads, replaced here
+                merged["variants"] = [{k: v for k, v in x.items() if k != "expect_effect"} for x in merged["variants"]]
             Deployment.model_validate({**merged, "key": "qwen36", "path": QWEN36})
     except (DeploymentError, ValidationError) as exc:
         return f"not a valid deployment: {exc}"

@@ -317,7 +317,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def _print_variant_effects(records: Sequence[MeasurementRecord], label: str, as_json: bool) -> int:
     from sglperf.baselines.variant_effects import variant_effects
-    from sglperf.reporting.effects import effect_lines, effects_json
+    from sglperf.reporting.effects import effect_lines, effects_json, whose_numbers
 
     effects = variant_effects(records)
     if as_json:
@@ -325,10 +325,7 @@ def _print_variant_effects(records: Sequence[MeasurementRecord], label: str, as_
     elif not effects:
         print(f"{label}: no variant effects (it measured no point with the reference variant and another one)")
     else:
-        print(
-            f"Variant effects in {label}"
-            + (" (EMULATOR: a test double, not GPU results)" if any(r.emulated for r in records) else "")
-        )
+        print(f"Variant effects in {label}{whose_numbers(records)}")
         print("\n".join(effect_lines(effects)))
     return 0
 

@@ -55,7 +55,7 @@ BAD_FILES = {
     ),
     "expected effect in a direction that is none": (
         {'{ ttft_s = "lower" }': '{ ttft_s = "faster" }'},
-        "variants[2].expect_effect.prefill-long.ttft_s: Input should be 'lower' or 'higher'",
+        "variants[2].expect_effect.prefill-long.ttft_s: Input should be 'lower', 'higher' or 'none'",
     ),
     "expected effect on the reference itself": (
         {'reference_variant = "mtp3-defaults"': 'reference_variant = "mtp3-prefill-graph"'},

@@ -3,6 +3,7 @@ and what "moved beyond noise" names (the scraper against a live server: tests/in
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -10,8 +11,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sglperf.baselines.server_moves import baseline_series, moved_series
+from sglperf.model.measurement import MeasurementRecord
 from sglperf.model.server_metrics import ServerMetricsRecord, ServerScrape, round_series
 from sglperf.sglang.metrics_catalogue import WATCHED, ExpositionError, parse_exposition
+
+from ..support.history import measurement
 
 REAL = Path(__file__).resolve().parent.parent / "data" / "sglang-0.5.23-cpu-metrics.txt"  # two /generate calls
 RETRACTED = "sglang:num_retracted_requests_total"
@@ -64,6 +68,15 @@ def test_a_counter_that_fell_gives_no_value_and_one_reading_gives_nothing() -> N
 def test_the_record_keeps_series_every_round_has() -> None:
     record = ServerMetricsRecord.of([{"a": 1.0, "b": 2.0}, {"a": 3.0}], scrapes=6)
     assert record.series == {"a": [1.0, 3.0]} and record.scrapes == 6
+
+
+def test_a_series_that_is_not_a_number_is_left_out_and_the_record_reads_back() -> None:
+    """SGLang 0.5.23 on the CPU reports sglang:fwd_occupancy:max as NaN: it was written as null, and the
+    record, then the run's report, could not be read."""
+    record = ServerMetricsRecord.of([{"a": 1.0, "max": math.nan}, {"a": 3.0, "max": math.nan}], scrapes=2)
+    assert record.series == {"a": [1.0, 3.0]}
+    written = measurement("night", 70.0).model_copy(update={"server_metrics": record}).model_dump_json()
+    assert MeasurementRecord.model_validate_json(written).server_metrics == record
 
 
 def test_a_retraction_rise_is_named_with_its_numbers() -> None:

@@ -160,3 +160,13 @@ def test_the_report_has_a_row_per_metric_and_the_forest_plot_draws(tmp_path: Pat
     assert f"- **qwen36/same**: {NO_MEASURED_EFFECT}" in section
     path = effects_figure(effects, tmp_path / "effects.png", emulated=True)
     assert path.stat().st_size > 10_000
+
+
+def test_no_effect_can_be_required_and_is_met_only_inside_the_floor() -> None:
+    ref = _variant("ref", _noisy(70.0, cv=0.005))
+    same = _variant("same", _noisy(70.0, cv=0.005, seed=5), expected={"decode_tok_s": "none"})
+    moved = _variant("moved", _noisy(75.6, cv=0.005, seed=1), expected={"decode_tok_s": "none"})
+    assert effect_of(ref, same, "decode_tok_s").expectation_met is True
+    failed = effect_of(ref, moved, "decode_tok_s")
+    assert failed.expectation_met is False
+    assert "; expected no effect, but it is better at 98% (change +8." in failed.line()

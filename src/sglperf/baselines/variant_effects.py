@@ -33,21 +33,25 @@ from sglperf.model.variant_effect import EffectVerdict, VariantEffect
 _MOVED = {MetricOutcome.IMPROVEMENT: EffectVerdict.BETTER, MetricOutcome.REGRESSION: EffectVerdict.WORSE}
 
 
+def effect_verdict(c: stats.Comparison) -> EffectVerdict:
+    """What a comparison of two variants' samples says, in the four answers above."""
+    if c.outcome is MetricOutcome.INSUFFICIENT:
+        return EffectVerdict.NOT_JUDGED
+    if c.outcome in _MOVED:
+        return _MOVED[c.outcome]
+    # The floor as the baseline verdict applies it, on either side of 1 in log space.
+    bound = -math.log1p(-c.threshold) if c.direction is Direction.HIGHER_IS_BETTER else math.log1p(c.threshold)
+    inside = abs(math.log(c.ci_low)) <= bound and abs(math.log(c.ci_high)) <= bound
+    return EffectVerdict.NO_EFFECT if inside else EffectVerdict.UNDECIDED
+
+
 def effect_of(
     reference: MeasurementRecord, variant: MeasurementRecord, metric: str, floor: float | None = None
 ) -> VariantEffect:
     """One metric of ``variant`` against ``reference`` (same deployment, workload and load point)."""
     floor = floor if floor is not None else variant.floors.get(metric, reference.floors.get(metric))
     c = stats.compare_samples(metric, reference.samples[metric], variant.samples[metric], threshold=floor)
-    if c.outcome is MetricOutcome.INSUFFICIENT:
-        verdict = EffectVerdict.NOT_JUDGED
-    elif c.outcome in _MOVED:
-        verdict = _MOVED[c.outcome]
-    else:
-        # The floor as the baseline verdict applies it, on either side of 1 in log space.
-        bound = -math.log1p(-c.threshold) if c.direction is Direction.HIGHER_IS_BETTER else math.log1p(c.threshold)
-        inside = abs(math.log(c.ci_low)) <= bound and abs(math.log(c.ci_high)) <= bound
-        verdict = EffectVerdict.NO_EFFECT if inside else EffectVerdict.UNDECIDED
+    verdict = effect_verdict(c)
     return VariantEffect(
         deployment=variant.deployment,
         reference=reference.variant,

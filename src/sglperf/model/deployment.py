@@ -22,6 +22,7 @@ from sglperf.errors import SglperfError
 from sglperf.model.files import SAFE_NAME_PATTERN, os_problem, read_input
 from sglperf.model.intent_names import INTENT_NAMES, SPECULATIVE
 from sglperf.model.metrics import METRICS, with_inherited_floors
+from sglperf.model.variant_effect import ExpectedEffect
 
 SLUG_PATTERN = SAFE_NAME_PATTERN
 Slug = Annotated[str, Field(pattern=SLUG_PATTERN, max_length=64)]
@@ -233,15 +234,13 @@ class Variant(_Strict):
     speculative: SpeculativeOverride | None = None
     env: EnvVars = Field(default_factory=dict)
     # The effect this variant exists for, held against the deployment's reference variant in the same run
-    # (`sglperf.baselines.variant_effects`): workload id -> metric -> "lower" | "higher". Not detected
-    # (beyond the metric's floor, at the test's level) fails that workload's effect item.
-    expect_effect: dict[Slug, dict[str, Literal["lower", "higher"]]] = Field(default_factory=dict)
+    # (`sglperf.baselines.variant_effects`): workload id -> metric -> "lower", "higher" or "none" (nothing
+    # beyond the floor). Not detected at the test's level, it fails that workload's effect item.
+    expect_effect: dict[Slug, dict[str, ExpectedEffect]] = Field(default_factory=dict)
 
     @field_validator("expect_effect")
     @classmethod
-    def _effect_metrics_known(
-        cls, value: dict[str, dict[str, Literal["lower", "higher"]]]
-    ) -> dict[str, dict[str, Literal["lower", "higher"]]]:
+    def _effect_metrics_known(cls, value: dict[str, dict[str, ExpectedEffect]]) -> dict[str, dict[str, ExpectedEffect]]:
         for workload, metrics in value.items():
             unknown = sorted(set(metrics) - set(METRICS))
             if unknown:

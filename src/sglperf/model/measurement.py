@@ -7,7 +7,7 @@ per-request record under "result", which sglperf writes for people and tools but
 from __future__ import annotations
 
 from enum import Enum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -18,6 +18,7 @@ from sglperf.model.gpu_telemetry import GpuTelemetrySummary
 from sglperf.model.host_load import HostLoadSummary
 from sglperf.model.metrics import MetricOutcome
 from sglperf.model.server_metrics import ServerMetricsRecord
+from sglperf.model.variant_effect import ExpectedEffect
 
 
 class _Strict(BaseModel):
@@ -163,7 +164,7 @@ class MeasurementRecord(BaseModel):
     started_at: str | None = None  # ISO UTC, when the first round began
     reference_variant: str | None = None  # the deployment's variant every other is held against
     floors: dict[str, float] = Field(default_factory=dict)  # the workload's regression floors per metric
-    expected_effects: dict[str, Literal["lower", "higher"]] = Field(default_factory=dict)  # metric -> its way
+    expected_effects: dict[str, ExpectedEffect] = Field(default_factory=dict)  # the variant's, for this workload
 
     @property
     def load(self) -> LoadPoint:

@@ -17,6 +17,7 @@ the baseline and now, so changes compare. A counter that fell (the server restar
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -58,6 +59,9 @@ class ServerMetricsRecord:
 
     @classmethod
     def of(cls, rounds: Sequence[Mapping[str, float]], scrapes: int) -> ServerMetricsRecord:
-        """From each measured round's series; a series missing in some round is left out."""
+        """From each measured round's series; a series missing in some round is left out, and so is one
+        that is not a number in some round (SGLang 0.5.23 on the CPU reports ``sglang:fwd_occupancy:max`` as
+        NaN): written as JSON null, it made the whole record unreadable, and the run's report with it."""
         names = set.intersection(*(set(r) for r in rounds)) if rounds else set()
-        return cls(scrapes, {n: [float(r[n]) for r in rounds] for n in sorted(names)})
+        finite = {n for n in names if all(math.isfinite(float(r[n])) for r in rounds)}
+        return cls(scrapes, {n: [float(r[n]) for r in rounds] for n in sorted(finite)})

@@ -15,7 +15,9 @@ from pydantic import BaseModel, ConfigDict
 
 from sglperf.model.metrics import Direction
 
-ValueDirection = Literal["lower", "higher"]  # what a deployment's expect_effect states: the value's way
+# What a deployment's expect_effect states: the value's way, or "none": no effect beyond the floor (a flag
+# that must not cost anything, an A/A pair).
+ExpectedEffect = Literal["lower", "higher", "none"]
 
 
 class EffectVerdict(str, Enum):
@@ -51,7 +53,7 @@ class VariantEffect(BaseModel):
     verdict: EffectVerdict
     n_reference: int
     n_variant: int
-    expected: ValueDirection | None = None  # the variant's expect_effect for this workload and metric
+    expected: ExpectedEffect | None = None  # the variant's expect_effect for this workload and metric
     apart_s: float | None = None  # from the reference's first round to the variant's (None: not recorded)
 
     @property
@@ -60,9 +62,12 @@ class VariantEffect(BaseModel):
 
     @property
     def expectation_met(self) -> bool | None:
-        """None: nothing expected. Met only when the test detected a move the stated way beyond the floor."""
+        """None: nothing expected. A move is met only when the test detected it the stated way beyond the
+        floor; "none" only when the whole interval is inside the floor."""
         if self.expected is None:
             return None
+        if self.expected == "none":
+            return self.verdict is EffectVerdict.NO_EFFECT
         way = "higher" if self.ratio > 1 else "lower"
         return self.verdict.moved and way == self.expected
 
@@ -83,8 +88,9 @@ class VariantEffect(BaseModel):
     def line(self) -> str:
         said = f"{self.where}: {self.metric} {self.describe()}"
         if self.expectation_met is False:
-            said += (
-                f"; expected {self.metric} {self.expected}, not detected at {self.level:.0%} "
-                f"(change {self.ratio - 1:+.1%}, interval {self.interval()}, floor {self.floor:.0%})"
-            )
+            evidence = f"(change {self.ratio - 1:+.1%}, interval {self.interval()}, floor {self.floor:.0%})"
+            if self.expected == "none":
+                said += f"; expected no effect, but it is {self.verdict.value} at {self.level:.0%} {evidence}"
+            else:
+                said += f"; expected {self.metric} {self.expected}, not detected at {self.level:.0%} {evidence}"
         return said

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from sglperf.baselines.variant_effects import variant_effects
 from sglperf.errors import SglperfError
 from sglperf.history.results_folder import RUN_ID_FIELD
 from sglperf.model.deployment import Deployment, LoadPoint, Variant, load
@@ -306,17 +307,34 @@ class VariantEffectItem(SglperfItem):
         variant = self.deployment.variant(self.variant_id)
         workload = next(w for w in self.deployment.workloads if w.id == self.workload_id)
         try:
-            effects = self.config.stash[LIVE_KEY].effects(self.deployment, variant, workload, self.load)
+            reference, measured = self.config.stash[LIVE_KEY].effect_records(
+                self.deployment, variant, workload, self.load
+            )
         except LiveSkip as exc:
             raise _skip(str(exc)) from None
-        self.add_report_section("call", "variant effect", "\n".join(e.line() for e in effects))
         wanted = variant.expect_effect[workload.id]
-        where = f"{self.deployment.key}/{variant.id} vs {self.deployment.reference}, {workload.id}@{self.load.tag}"
+        effects = [e for e in variant_effects([reference, measured]) if e.metric in wanted]
+        lines = [e.line() for e in effects] + [
+            f"SGLang's batch log, decode batches by #running-req: {r.variant} {_decode_batches(r)}"
+            for r in (reference, measured)
+        ]
+        self.add_report_section("call", "variant effect", "\n".join(lines))
+        where = f"{self.deployment.key}/{variant.id} vs {reference.variant}, {workload.id}@{self.load.tag}"
         unmeasured = sorted(set(wanted) - {e.metric for e in effects})
-        lines = [e.line() for e in effects if e.expectation_met is False]
-        lines += [f"{where}: {metric} expected {wanted[metric]}, but not measured on both" for metric in unmeasured]
-        if lines:
-            raise ItemFailure("\n".join(lines))
+        failed = [e.line() for e in effects if e.expectation_met is False]
+        failed += [f"{where}: {metric} expected {wanted[metric]}, but not measured on both" for metric in unmeasured]
+        if failed:
+            raise ItemFailure("\n".join(failed))
+
+
+def _decode_batches(record: MeasurementRecord) -> str:
+    """How many decode batches ran at each batch size, eager ones by SGLang's own log lines."""
+    if record.batches is None:
+        return "not read"
+    counts = record.batches.eager_decode_batches
+    total, graph = record.batches.total("decode")
+    said = ", ".join(f"{size}: {n}" for size, n in sorted(counts.items())) or "none eager"
+    return said + (f" (and {graph} graph batches)" if graph else "") + f", {total} in all"
 
 
 class CapacityItem(LiveTierItem):

@@ -15,7 +15,7 @@ from sglperf.model.metrics import METRICS, MetricOutcome
 from sglperf.plugin.items import MEASUREMENT_PROPERTY
 from sglperf.plugin.keys import LIVE_KEY
 from sglperf.reporting import markdown
-from sglperf.reporting.effects import effect_lines
+from sglperf.reporting.effects import effect_lines, whose_numbers
 
 # Columns of the terminal table: (metric, heading, scale, format).
 COLUMNS = (
@@ -59,12 +59,12 @@ class RunSummary:
         if not hasattr(self.config, "workerinput") and folder.is_dir():
             try:
                 path, said = markdown.record_and_write(folder.resolve(), chosen(self.config.getoption("history_store")))
-                effects = variant_effects(collect(folder.resolve()).measurements)
+                measured = collect(folder.resolve()).measurements
+                effects = variant_effects(measured)
             except ResultsError:
                 return  # nothing was recorded in this run
             if effects:
-                tag = " (EMULATOR: a test double, not GPU results)" if any(r.emulated for r in self.rows) else ""
-                tr.section(f"sglperf variant effects{tag}")
+                tr.section(f"sglperf variant effects{whose_numbers(measured)}")
                 for line in effect_lines(effects):
                     tr.write_line(line)
             for line in said:

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from itertools import groupby
 
 from sglperf.baselines.variant_effects import without_measured_effect
+from sglperf.model.measurement import MeasurementRecord
 from sglperf.model.variant_effect import EffectVerdict, VariantEffect
 
 NO_MEASURED_EFFECT = "effective, no measured effect: every metric at every load point within its floor"
@@ -28,6 +29,15 @@ def _apart(effects: Sequence[VariantEffect]) -> str:
     return f" (ran {abs(apart) / 60:.1f} min {way} it)"
 
 
+def whose_numbers(records: Sequence[MeasurementRecord]) -> str:
+    """What the numbers are, said beside every effect shown: a test double's, a CPU server's, or GPUs'."""
+    if any(r.emulated for r in records):
+        return " (EMULATOR: a test double, not GPU results)"
+    if records and all(r.provenance.gpu_count == 0 for r in records):
+        return " (CPU server: CPU numbers, not GPU results)"
+    return ""
+
+
 def effect_lines(effects: Sequence[VariantEffect]) -> list[str]:
     """Per variant and point: every metric that moved or was expected to, in full; the rest counted."""
     lines: list[str] = []
@@ -36,7 +46,8 @@ def effect_lines(effects: Sequence[VariantEffect]) -> list[str]:
         shown = [e for e in group if e.verdict.moved or e.expected is not None]
         for e in shown:
             met = e.expectation_met
-            expectation = "" if met is None else "; as expected" if met else f"; EXPECTED {e.expected}, NOT DETECTED"
+            missed = "; EXPECTED NO EFFECT" if e.expected == "none" else f"; EXPECTED {e.expected}, NOT DETECTED"
+            expectation = "" if met is None else "; as expected" if met else missed
             lines.append(f"  {e.metric}: {e.describe()}{expectation}")
         rest = [e for e in group if e not in shown]
         counts = {v: sum(e.verdict is v for e in rest) for v in EffectVerdict}
@@ -71,7 +82,9 @@ def effects_markdown(effects: Sequence[VariantEffect]) -> list[str]:
         for e in group:
             verdict = e.verdict.value if not e.verdict.moved else f"**{e.verdict.value}**"
             if e.expectation_met is False:
-                verdict += f" (expected {e.expected}: **not detected**)"
+                verdict += (
+                    " (expected no effect)" if e.expected == "none" else f" (expected {e.expected}: **not detected**)"
+                )
             change = f"{e.ratio - 1:+.1%} {e.interval()}" if e.verdict is not EffectVerdict.NOT_JUDGED else "-"
             point = f"{workload}@{load}{_apart(group)}"
             medians = f"{e.reference_median:.4g} | {e.variant_median:.4g}"

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from sglperf import preflight
-from sglperf.baselines.variant_effects import variant_effects
 from sglperf.judge import coverage, live_evidence
 from sglperf.judge import divergence as args_divergence
 from sglperf.model.deployment import Deployment, LoadPoint, Variant, Workload
@@ -24,7 +23,6 @@ from sglperf.model.measurement import MeasurementRecord
 from sglperf.model.progress import Progress
 from sglperf.model.resolution import EffectiveArgs
 from sglperf.model.server_facts import ServerFacts
-from sglperf.model.variant_effect import VariantEffect
 from sglperf.model.verdict import Verdict
 from sglperf.runtime import gpus, server, server_info
 from sglperf.runtime.attach import AttachedServer, AttachError, DeclaredGpus, attached_profile_problems, read_attached
@@ -349,21 +347,21 @@ class LiveSession:
             self.capacity_search.add(search, step, record)
         return record
 
-    def effects(
+    def effect_records(
         self, deployment: Deployment, variant: Variant, workload: Workload, load: LoadPoint
-    ) -> list[VariantEffect]:
-        """What ``variant`` bought at this point against the reference variant, for the metrics its
-        expect_effect names, from this run's records: this process's, or another xdist worker's file."""
+    ) -> tuple[MeasurementRecord, MeasurementRecord]:
+        """This run's measurements of the reference variant and of ``variant`` at one point: this
+        process's, or another xdist worker's file. LiveSkip when either was not measured."""
         keys = {v: f"{deployment.key}-{v}-{workload.id}-{load.tag}" for v in (deployment.reference, variant.id)}
         records = {v: self.measured.get(key) or self._this_runs_record(key) for v, key in keys.items()}
         missing = [v for v, record in records.items() if record is None]
-        if missing:
+        reference, measured = records[deployment.reference], records[variant.id]
+        if reference is None or measured is None:
             raise LiveSkip(
                 f"{deployment.key}/{variant.id} {workload.id}@{load.tag}: effect not judged: "
                 f"{' and '.join(missing)} not measured at this point in this run (deselected, or it failed)"
             )
-        wanted = variant.expect_effect.get(workload.id, {})
-        return [e for e in variant_effects(r for r in records.values() if r) if e.metric in wanted]
+        return reference, measured
 
     def _this_runs_record(self, key: str) -> MeasurementRecord | None:
         path = self.options.results_dir / "measurements" / f"{key}.json"
