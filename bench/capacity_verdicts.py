@@ -44,7 +44,7 @@ import numpy as np
 
 from sglperf.baselines import capacity, regression
 from sglperf.measure import meter
-from sglperf.measure.prompts import load_prompts
+from sglperf.model.prompts import load_prompts
 from sglperf.model.deployment import Workload
 from sglperf.model.metrics import GOODPUT_SHARE
 from sglperf.runtime.server import ServerSpec, launch

@@ -70,7 +70,7 @@ METER_CLIENT = """
 import json, sys, time
 from pathlib import Path
 from sglperf.measure.meter import measure
-from sglperf.measure.prompts import Message, Prompt, PromptSet
+from sglperf.model.prompts import Message, Prompt, PromptSet
 from sglperf.model.deployment import Workload
 url, requests, concurrency, output_len = sys.argv[1], *map(int, sys.argv[2:5])
 prompts = tuple(

@@ -45,7 +45,7 @@ import httpx
 import numpy as np
 
 from sglperf.measure.meter import GpuGuard, measure
-from sglperf.measure.prompts import Message, Prompt, PromptSet
+from sglperf.model.prompts import Message, Prompt, PromptSet
 from sglperf.measure.samples import RequestSample
 from sglperf.model.deployment import Workload
 from sglperf.model.gpu_telemetry import GpuLimits

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from sglperf.measure import meter
-from sglperf.measure.prompts import Message, Prompt, PromptSet
+from sglperf.model.prompts import Message, Prompt, PromptSet
 from sglperf.model.deployment import Workload
 from sglperf.runtime.server import ServerSpec, launch
 from sglperf.sglang.intents import Speculative

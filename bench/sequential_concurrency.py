@@ -39,7 +39,7 @@ import numpy as np
 from sglperf.baselines import regression
 from sglperf.baselines.sequential import SequentialPlan
 from sglperf.measure.meter import measure
-from sglperf.measure.prompts import Message, Prompt, PromptSet
+from sglperf.model.prompts import Message, Prompt, PromptSet
 from sglperf.model.deployment import Workload
 from sglperf.model.metrics import METRICS, MetricOutcome
 from sglperf.runtime.server import ServerSpec, launch

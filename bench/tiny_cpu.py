@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from sglperf.measure.prompts import PromptSet, load_prompts
+from sglperf.model.prompts import PromptSet, load_prompts
 from sglperf.model.deployment import Deployment, Workload, load
 from sglperf.session import LiveOptions, LiveSession, PreflightSession
 from sglperf.session.running import RunningVariant

@@ -25,7 +25,7 @@ base it had before the root existed, so ``except ValueError:`` and ``except OSEr
     ├── runtime.gpus.NvmlUnavailable (RuntimeError)             NVML cannot say what memory processes hold
     ├── runtime.gpu_telemetry.NvmlUnusable                      NVML cannot watch the GPUs during rounds
     ├── measure.transport.TransportError                        a request not sent, or an answer not HTTP/1.1
-    ├── measure.prompts.PromptError (ValueError)                a prompt file unreadable or malformed
+    ├── model.prompts.PromptError (ValueError)                  a prompt file unreadable or malformed
     ├── measure.synthetic.SyntheticPromptsError (RuntimeError)  synthetic prompts not made, or their cache unreadable
     ├── measure.samples.MeterError (RuntimeError)               a request or workload not measured
     │   ├── HostBusyError                                       the machine stayed busy for too many rounds

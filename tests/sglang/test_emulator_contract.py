@@ -27,7 +27,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from sglperf.measure import meter
-from sglperf.measure.prompts import load_prompts
+from sglperf.model.prompts import load_prompts
 from sglperf.model.deployment import load
 from sglperf.session import LiveOptions, LiveSession, PreflightSession
 from sglperf.sglang import envs, metrics_catalogue

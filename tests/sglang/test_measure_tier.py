@@ -9,7 +9,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from sglperf.measure.prompts import load_prompts
+from sglperf.model.prompts import load_prompts
 from sglperf.testing.emulator import (
     EmulatorConfig,
     expected_accept_length,

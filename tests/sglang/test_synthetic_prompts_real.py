@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from sglperf.measure.prompts import PromptSet
+from sglperf.model.prompts import PromptSet
 from sglperf.measure.synthetic import SyntheticPromptsError, TokenizerSource, cache_path, prompt_set
 from sglperf.model.deployment import RandomPrompts, SharedPrefixPrompts
 from sglperf.testing import tiny_models

@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from sglperf.measure.prompts import Message, Prompt, PromptSet
+from sglperf.model.prompts import Message, Prompt, PromptSet
 from sglperf.model.deployment import Workload
 from sglperf.runtime.server import free_port
 from sglperf.testing.emulator.config import CONFIG_ENV

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sglperf.measure.meter import measure
-from sglperf.measure.prompts import PromptError, load_prompts
+from sglperf.model.prompts import PromptError, load_prompts
 from sglperf.measure.samples import (
     Chunk,
     MeterError,

@@ -1,4 +1,5 @@
-"""Decode graph coverage: an "on" decode graph held against the batches the workloads will run.
+"""Graph coverage: an "on" decode graph held against the batches the workloads will run, and an "on"
+prefill graph against their prompts.
 
 The graph replays only for batches up to the largest size it was captured for; every larger batch
 decodes eager, every step, while args and /server_info say "on". SGLang picks that size by rules that
@@ -8,20 +9,35 @@ the verdict of ``decode_cuda_graph`` fails, naming each workload that outgrows t
 the SGLang code that chose it and how to raise it; a covered variant passes with its size shown, so an
 upgrade check sees the size move.
 
+The prefill graph is the same in tokens: SGLang captures it up to a token count (the chunked prefill
+size by default, lower for MLA models, Llama-2 paths, a small KV pool or pipeline parallelism), and a
+prefill longer than that runs eager. A workload's prefill is its longest prompt, cut to the chunked
+prefill size.
+
 The decode batch is counted in requests on every path: with speculative decoding the verify graph is
 captured per request too (each request carrying its draft tokens), so the same comparison holds.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 from sglperf.model.deployment import Deployment
-from sglperf.model.graph_coverage import CapturedSizes, CaptureRule, CoverageGap, WorkloadBatch
+from sglperf.model.graph_coverage import (
+    CapturedSizes,
+    CaptureRule,
+    CoverageGap,
+    WorkloadBatch,
+    WorkloadPrefill,
+    workload_prefills,
+)
 from sglperf.model.resolution import EffectiveArgs, Write
 from sglperf.model.verdict import Status, Verdict
 from sglperf.sglang.intents import DECODE_GRAPH as DECODE
+from sglperf.sglang.intents import PREFILL_GRAPH as PREFILL
+from sglperf.sglang.intents import DecodeCudaGraph, PrefillCudaGraph
 
 
 def workload_batches(deployment: Deployment, max_running: int | None = None) -> list[WorkloadBatch]:
@@ -56,32 +72,33 @@ def _sets(write: Write, largest: int) -> bool:
     return isinstance(new, int) and new == largest
 
 
-def capture_rule(args: EffectiveArgs, largest: int) -> CaptureRule | None:
-    """The SGLang code that set the largest size: the last write of the cap that set this value (a traced
-    statement before a declared value), else of the size list, else the release's own record of which
-    function declared the graph config."""
+def capture_rule(args: EffectiveArgs, largest: int, graph: DecodeCudaGraph | PrefillCudaGraph = DECODE) -> CaptureRule | None:
+    """The SGLang code that set the graph's largest size: the last write of the cap that set this value
+    (a traced statement before a declared value), else of the size list, else the release's own record
+    of which function declared the graph config."""
     changed = [w for w in args.writes if w.changed]
+    cap_fields = graph.MAX_BS_FIELDS if isinstance(graph, DecodeCudaGraph) else graph.MAX_TOKENS_FIELDS
     # A traced statement (file:line) says more than a declaring function's name: those first.
-    for fields in (DECODE.MAX_BS_FIELDS, DECODE.SIZES_FIELDS):
+    for fields in (cap_fields, graph.SIZES_FIELDS):
         for traced in (True, False):
             for write in reversed(changed):
                 if write.field in fields and bool(write.where) == traced and _sets(write, largest):
                     return _rule_of(write)
     for write in reversed(changed):
         if isinstance(write.new, dict):
-            sizes = DECODE.captured_sizes({write.field: write.new})
+            sizes = graph.captured_sizes({write.field: write.new})
             if sizes is not None and sizes[0][-1] == largest:
                 return _rule_of(write)
     return None
 
 
-def captured_in_args(args: EffectiveArgs) -> CapturedSizes | None:
-    """The decode graph's sizes as the release resolves them, with the rule that set the largest."""
-    found = DECODE.captured_sizes(args.fields)
+def captured_in_args(args: EffectiveArgs, graph: DecodeCudaGraph | PrefillCudaGraph = DECODE) -> CapturedSizes | None:
+    """A graph's sizes as the release resolves them, with the rule that set the largest."""
+    found = graph.captured_sizes(args.fields)
     if found is None:
         return None
     sizes, source = found
-    return CapturedSizes(sizes, source, capture_rule(args, sizes[-1]))
+    return CapturedSizes(sizes, source, capture_rule(args, sizes[-1], graph))
 
 
 def find_gaps(captured: CapturedSizes, batches: Sequence[WorkloadBatch]) -> list[CoverageGap]:
@@ -112,5 +129,56 @@ def judge_coverage(
         verdict,
         status=Status.FAIL,
         actual=f"{verdict.actual}, up to batch {captured.largest}: eager above",
+        detail="\n  ".join([verdict.detail, *lines]),
+    )
+
+
+def prefill_needs(deployment: Deployment, fields: Mapping[str, Any]) -> list[WorkloadPrefill]:
+    """Each workload's longest prefill, cut to the release's chunked prefill size: SGLang prefills a
+    longer prompt in chunks of that many tokens, so no prefill batch holds more."""
+    chunk = fields.get(PREFILL.CHUNK_FIELD)
+    if not isinstance(chunk, int) or isinstance(chunk, bool) or chunk <= 0:
+        return workload_prefills(deployment)
+    return [
+        replace(n, tokens=chunk, how=f"{n.how}, prefilled in chunks of {PREFILL.CHUNK_FIELD} = {chunk}")
+        if n.tokens > chunk
+        else n
+        for n in workload_prefills(deployment)
+    ]
+
+
+def judge_prefill_coverage(
+    verdict: Verdict, captured: CapturedSizes | None, needs: Sequence[WorkloadPrefill], *, how_to_raise: str = ""
+) -> Verdict:
+    """The ``prefill_cuda_graph`` verdict of a variant whose graph is on, held against the workloads'
+    prompts: a prefill longer than the largest captured token size runs eager. A prompt file's bound
+    (bytes) above the size proves nothing either way: unproven, for the measured rounds to decide."""
+    if captured is None or verdict.status != Status.PASS or verdict.expected != "on":
+        return verdict
+    over = [n for n in needs if not captured.covers(n.tokens)]
+    largest = captured.largest
+    if not over:
+        return replace(verdict, actual=f"{verdict.actual}, up to {largest} tokens")
+    set_by = f"set by {captured.rule.describe()}" if captured.rule else f"read from {captured.source}"
+    raise_it = f"; {how_to_raise}" if how_to_raise else ""
+    head = f"SGLang {verdict.sglang_version} captures the prefill graph up to {largest} tokens, {set_by}"
+    exact = [n for n in over if n.exact]
+    if exact:
+        lines = [f"{n.describe()} run eager: {head}{raise_it}" for n in exact]
+        return replace(
+            verdict,
+            status=Status.FAIL,
+            actual=f"{verdict.actual}, up to {largest} tokens: eager above",
+            detail="\n  ".join([verdict.detail, *lines]),
+        )
+    lines = [
+        f"{n.describe()} may run eager: {head}; the measured rounds' prefill lines decide (synthetic prompts, "
+        "counted in tokens, decide here)"
+        for n in over
+    ]
+    return replace(
+        verdict,
+        status=Status.UNPROVEN,
+        actual=f"{verdict.actual}, up to {largest} tokens",
         detail="\n  ".join([verdict.detail, *lines]),
     )

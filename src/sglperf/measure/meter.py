@@ -56,7 +56,7 @@ from typing import Any, Protocol, TypeVar
 import httpx
 
 from sglperf.measure import arrivals
-from sglperf.measure.prompts import Prompt, PromptSet
+from sglperf.model.prompts import Prompt, PromptSet
 from sglperf.measure.samples import (
     GpuDisturbedError,
     HostBusyError,

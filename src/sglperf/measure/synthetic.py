@@ -22,7 +22,7 @@ from typing import Any
 from filelock import FileLock
 
 from sglperf.errors import SglperfError
-from sglperf.measure.prompts import PromptError, PromptSet, load_prompts
+from sglperf.model.prompts import PromptError, PromptSet, load_prompts
 from sglperf.model.deployment import RandomPrompts, SharedPrefixPrompts
 from sglperf.model.files import os_problem
 from sglperf.sglang import envs

@@ -10,12 +10,12 @@ from typing import Any
 from sglperf.judge import coverage
 from sglperf.judge.intent import explain, judge, judge_error
 from sglperf.model.deployment import Deployment, Variant
-from sglperf.model.intent_names import DECODE_CUDA_GRAPH
+from sglperf.model.intent_names import DECODE_CUDA_GRAPH, PREFILL_CUDA_GRAPH
 from sglperf.model.resolution import Resolution
 from sglperf.model.verdict import Verdict
 from sglperf.preflight.resolver import Resolver
-from sglperf.sglang.flags import SKIP_TOKENIZER_FLAG, FlagError, LaunchPlan, launch_plan
-from sglperf.sglang.intents import DECODE_GRAPH, INTENTS, Intent, IntentNotExpressible, ParserInfo
+from sglperf.sglang.flags import SKIP_TOKENIZER_FLAG, FlagError, LaunchPlan, launch_plan, prefill_coverage_need
+from sglperf.sglang.intents import DECODE_GRAPH, INTENTS, PREFILL_GRAPH, Intent, IntentNotExpressible, ParserInfo
 
 PREFLIGHT_FLAGS = (SKIP_TOKENIZER_FLAG,)
 
@@ -106,6 +106,13 @@ def check(deployment: Deployment, resolver: Resolver, variant_ids: Sequence[str]
                     coverage.workload_batches(deployment, coverage.max_running(args)),
                     how_to_raise=_coverage_hint(deployment, c.variant, release.parser, own),
                 )
+            if name == PREFILL_CUDA_GRAPH and args is not None:
+                verdict = coverage.judge_prefill_coverage(
+                    verdict,
+                    coverage.captured_in_args(args, PREFILL_GRAPH),
+                    coverage.prefill_needs(deployment, args.fields),
+                    how_to_raise=_prefill_coverage_hint(deployment, c.variant, release.parser, c.launch.argv),
+                )
             c.verdicts.append(verdict)
     return checks
 
@@ -119,14 +126,31 @@ def _coverage_hint(deployment: Deployment, variant: Variant, parser: ParserInfo,
         argv = DECODE_GRAPH.coverage_flags(need, parser, deployment.runner.is_cpu)
     except IntentNotExpressible as exc:
         return f"this release cannot raise it: {exc}"
+    return _raise_hint(DECODE_CUDA_GRAPH, argv, variant, parser, own_flags)
+
+
+def _prefill_coverage_hint(deployment: Deployment, variant: Variant, parser: ParserInfo, argv: Sequence[str]) -> str:
+    """How to have the prefill graph captured up to the workloads' longest prompt on this release."""
+    need = prefill_coverage_need(deployment)
+    try:
+        raise_argv = PREFILL_GRAPH.coverage_flags(need or PREFILL_GRAPH.CAPTURE_STEP, parser)
+    except IntentNotExpressible as exc:
+        return f"this release cannot raise it: {exc}"
+    if need is None:
+        # A prompt file's length is known in bytes only: the user picks the size.
+        return f"raise it: {raise_argv[0]} N in the variant's args, N the longest prompt in tokens"
+    return _raise_hint(PREFILL_CUDA_GRAPH, raise_argv, variant, parser, PREFILL_GRAPH.own_size_flags(argv))
+
+
+def _raise_hint(intent: str, argv: Sequence[str], variant: Variant, parser: ParserInfo, own_flags: str) -> str:
     spelled = f"on SGLang {parser.version} that adds {' '.join(argv)}"
-    request = f"request = {{ {DECODE_CUDA_GRAPH} = true }}"
+    request = f"request = {{ {intent} = true }}"
     if own_flags:
         # The variant's own sizes win over a request (sglang.flags adds nothing beside them).
         return (
             f"the variant's own flags fix the sizes ({own_flags}): raise them, or drop them for {request} ({spelled})"
         )
-    if variant.request.get(DECODE_CUDA_GRAPH) is True:
+    if variant.request.get(intent) is True:
         return f"the variant asks for coverage ({spelled}), and SGLang still stops below"
     return f"raise it: {request} in the variant ({spelled})"
 

@@ -26,7 +26,7 @@ from sglperf.baselines import regression, roofline, server_moves, store
 from sglperf.baselines.sequential import SequentialPlan, SequentialPlanError
 from sglperf.judge import batch_evidence
 from sglperf.measure import meter, synthetic
-from sglperf.measure.prompts import PromptSet, load_prompts
+from sglperf.model.prompts import PromptSet, load_prompts
 from sglperf.measure.samples import WorkloadResult
 from sglperf.measure.server_scrape import MetricsWatch
 from sglperf.model.batch_evidence import BatchEvidence

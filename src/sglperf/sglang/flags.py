@@ -14,12 +14,14 @@ from packaging.version import Version
 
 from sglperf.errors import SglperfError
 from sglperf.model.deployment import Deployment, Variant
-from sglperf.model.intent_names import DECODE_CUDA_GRAPH, SPECULATIVE
+from sglperf.model.graph_coverage import workload_prefills
+from sglperf.model.intent_names import DECODE_CUDA_GRAPH, PREFILL_CUDA_GRAPH, SPECULATIVE
 from sglperf.sglang.deprecations import DeprecationLedger, flag_of
 from sglperf.sglang.intents import (
     DECODE_GRAPH,
     INTENTS,
     MODEL_OVERRIDE_FLAG,
+    PREFILL_GRAPH,
     IntentNotExpressible,
     ParserInfo,
     replacement_for,
@@ -150,6 +152,8 @@ def launch_plan(
             raise FlagError(f"{where}: cannot request {name}: {exc}") from None
     if requested.get(DECODE_CUDA_GRAPH) is True:
         argv += _decode_coverage_flags(deployment, raw, parser, where)
+    if requested.get(PREFILL_CUDA_GRAPH) is True:
+        argv += _prefill_coverage_flags(deployment, raw, parser, where)
     argv = merge_model_overrides(argv, where)
     return LaunchPlan(deployment.key, variant.id, parser.version, tuple(argv), env, tuple(warnings))
 
@@ -166,6 +170,29 @@ def _decode_coverage_flags(deployment: Deployment, raw: list[str], parser: Parse
         return decode.coverage_flags(need, parser, deployment.runner.is_cpu)
     except IntentNotExpressible as exc:
         raise FlagError(f"{where}: cannot request {DECODE_CUDA_GRAPH}: {exc}") from None
+
+
+def prefill_coverage_need(deployment: Deployment) -> int | None:
+    """The tokens a request for the prefill graph captures it up to: the longest prompt of any workload,
+    when every workload's is known in tokens (synthetic prompts). A prompt file is counted in bytes only,
+    a bound that can be far above what it needs: then SGLang's own size stands (and coverage is judged
+    from the measured rounds' batch lines)."""
+    needs = workload_prefills(deployment)
+    if not needs or not all(n.exact for n in needs):
+        return None
+    return max(n.tokens for n in needs)
+
+
+def _prefill_coverage_flags(deployment: Deployment, raw: list[str], parser: ParserInfo, where: str) -> list[str]:
+    """A request for the prefill graph asks for it on and captured up to the workloads' longest prompt;
+    nothing when the variant's own flags fix the sizes or no prompt length is known in tokens."""
+    need = prefill_coverage_need(deployment)
+    if need is None or PREFILL_GRAPH.own_size_flags(raw):
+        return []
+    try:
+        return PREFILL_GRAPH.coverage_flags(need, parser)
+    except IntentNotExpressible as exc:
+        raise FlagError(f"{where}: cannot request {PREFILL_CUDA_GRAPH}: {exc}") from None
 
 
 def merge_model_overrides(argv: list[str], where: str) -> list[str]:

@@ -177,6 +177,41 @@ def _first_usable(spellings: list[_Spelling], parser: ParserInfo) -> _Spelling |
     return next((s for s in spellings if s.usable(parser)), None)
 
 
+def _captured_sizes(effective: Mapping[str, Any], fields: Sequence[str]) -> tuple[tuple[int, ...], str] | None:
+    """The sizes a graph will be captured for, ascending, and the field read; None when the release's
+    effective args do not say (or say nothing usable)."""
+    for path in fields:
+        try:
+            value = _dig(effective, path)
+        except KeyError:
+            continue
+        if isinstance(value, list) and value and all(isinstance(v, int) and v > 0 for v in value):
+            return tuple(sorted(set(value))), path
+    return None
+
+
+def _own_flags(argv: Sequence[str], flags: Sequence[str]) -> str:
+    """The argv's flags among ``flags``, with their values, as written ("" when none)."""
+    shown: list[str] = []
+    taking = False
+    for token in argv:
+        if token.startswith("--"):
+            taking = token.split("=", 1)[0] in flags
+            if taking:
+                shown.append(token)
+        elif taking:
+            shown.append(token)
+    return " ".join(shown)
+
+
+def _raise_to(flags: Sequence[str], value: int, parser: ParserInfo, what: str) -> list[str]:
+    """The first of ``flags`` this release accepts, set to ``value``."""
+    chosen = _first_usable([_Spelling(f) for f in flags], parser)
+    if chosen is None:
+        raise IntentNotExpressible(f"SGLang {parser.version} has none of {', '.join(flags)} to raise {what}")
+    return [chosen.flag, str(value)]
+
+
 class PrefillCudaGraph(_Boolean):
     """The prefill ("piecewise", later "breakable") CUDA graph."""
 
@@ -195,6 +230,14 @@ class PrefillCudaGraph(_Boolean):
     # The token sizes the graph is captured for, and the largest: nested (0.5.14+) or flat (0.5.13).
     SIZES_FIELDS = ("cuda_graph_config.prefill.bs", "piecewise_cuda_graph_tokens")
     MAX_TOKENS_FIELDS = ("cuda_graph_config.prefill.max_bs", "piecewise_cuda_graph_max_tokens")
+    # Raising the largest: 0.5.14+ spells it per phase (the old flag a deprecated alias until 0.5.20).
+    MAX_TOKENS_FLAGS = ("--cuda-graph-max-bs-prefill", "--piecewise-cuda-graph-max-tokens")
+    SIZES_FLAGS = ("--cuda-graph-bs-prefill", "--piecewise-cuda-graph-tokens", *MAX_TOKENS_FLAGS)
+    # A longer prompt is prefilled in chunks of this many tokens: the most one prefill batch holds.
+    CHUNK_FIELD = "chunked_prefill_size"
+    # SGLang captures token sizes at multiples of 512 from 4096 up (generate_prefill_cuda_graph_batch_sizes,
+    # _generate_piecewise_cuda_graph_tokens): a cap raised to one is itself captured.
+    CAPTURE_STEP = 512
 
     fields = ("cuda_graph_config", DISABLE_FIELD, ENABLE_FIELD, "enforce_piecewise_cuda_graph")
     log_keywords = ("piecewise", "prefill cuda graph", "breakable cuda graph", "prefill cudagraph")
@@ -221,6 +264,20 @@ class PrefillCudaGraph(_Boolean):
         return _read_graph(
             effective, self.BACKEND_FIELD, self.BACKEND_OFF, ((self.DISABLE_FIELD, True), (self.ENABLE_FIELD, False))
         )
+
+    def captured_sizes(self, effective: Mapping[str, Any]) -> tuple[tuple[int, ...], str] | None:
+        """The token sizes the prefill graph will be captured for, and the field read."""
+        return _captured_sizes(effective, self.SIZES_FIELDS)
+
+    def own_size_flags(self, argv: Sequence[str]) -> str:
+        """A variant's own flags that fix the prefill graph's token sizes, as written ("" when none)."""
+        return _own_flags(argv, self.SIZES_FLAGS)
+
+    def coverage_flags(self, tokens: int, parser: ParserInfo) -> list[str]:
+        """The flags that make this release capture the prefill graph up to ``tokens`` (rounded up to a
+        size SGLang captures)."""
+        step = self.CAPTURE_STEP
+        return _raise_to(self.MAX_TOKENS_FLAGS, -(-tokens // step) * step, parser, "the prefill graph's largest size")
 
 
 class DecodeCudaGraph(_Boolean):
@@ -269,40 +326,17 @@ class DecodeCudaGraph(_Boolean):
     MAX_RUNNING_FIELD = "max_running_requests"
 
     def captured_sizes(self, effective: Mapping[str, Any]) -> tuple[tuple[int, ...], str] | None:
-        """The batch sizes the decode graph will be captured for, and the field read; None when the
-        release's effective args do not say (or say nothing usable)."""
-        for path in self.SIZES_FIELDS:
-            try:
-                value = _dig(effective, path)
-            except KeyError:
-                continue
-            if isinstance(value, list) and value and all(isinstance(v, int) and v > 0 for v in value):
-                return tuple(sorted(set(value))), path
-        return None
+        """The batch sizes the decode graph will be captured for, and the field read."""
+        return _captured_sizes(effective, self.SIZES_FIELDS)
 
     def own_size_flags(self, argv: Sequence[str]) -> str:
         """A variant's own flags that fix the decode graph's sizes, as written ("" when none)."""
-        shown: list[str] = []
-        taking = False
-        for token in argv:
-            if token.startswith("--"):
-                taking = token.split("=", 1)[0] in self.SIZES_FLAGS
-                if taking:
-                    shown.append(token)
-            elif taking:
-                shown.append(token)
-        return " ".join(shown)
+        return _own_flags(argv, self.SIZES_FLAGS)
 
     def coverage_flags(self, batch: int, parser: ParserInfo, cpu: bool) -> list[str]:
         """The flags that make this release capture the decode graph up to ``batch``."""
-        spellings = [_Spelling(self.CPU_MAX_BS_FLAG)] if cpu else [_Spelling(f) for f in self.MAX_BS_FLAGS]
-        chosen = _first_usable(spellings, parser)
-        if chosen is None:
-            raise IntentNotExpressible(
-                f"SGLang {parser.version} has none of {', '.join(s.flag for s in spellings)} to raise the decode "
-                "graph's largest batch"
-            )
-        return [chosen.flag, str(batch)]
+        flags = (self.CPU_MAX_BS_FLAG,) if cpu else self.MAX_BS_FLAGS
+        return _raise_to(flags, batch, parser, "the decode graph's largest batch")
 
     def read(self, effective: Mapping[str, Any], model: ModelFacts | None = None) -> Reading:
         if effective.get(self.DEVICE_FIELD) == "cpu" and self.CPU_COMPILE_FIELD in effective:
@@ -563,10 +597,11 @@ class Speculative:
         return f"{shown} steps={data['num_steps']} draft={data['num_draft_tokens']} topk={data['eagle_topk']}"
 
 
-# The decode graph's own instance: coverage reads its size fields and spells its size flags.
+# The graphs' own instances: coverage reads their size fields and spells their size flags.
+PREFILL_GRAPH = PrefillCudaGraph()
 DECODE_GRAPH = DecodeCudaGraph()
 _IMPLEMENTATIONS: tuple[Intent, ...] = (
-    PrefillCudaGraph(),
+    PREFILL_GRAPH,
     DECODE_GRAPH,
     OverlapSchedule(),
     SingleBatchOverlap(),

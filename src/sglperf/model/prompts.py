@@ -19,6 +19,10 @@ from sglperf.errors import SglperfError
 from sglperf.model.files import os_problem, read_input
 
 ROLES = frozenset({"system", "user", "assistant"})
+# A chat template wraps each message in a few tokens of its own (Qwen's "<|im_start|>user\n" and
+# "<|im_end|>\n" are 5, Llama 3's headers 5) plus a generation prompt: 32 a message bounds every
+# template we know with room to spare.
+TEMPLATE_TOKENS_PER_MESSAGE = 32
 KEYS = frozenset({"id", "messages"})
 
 
@@ -44,6 +48,12 @@ class Prompt:
 
     def chat_messages(self) -> list[dict[str, str]]:
         return [{"role": m.role, "content": m.content} for m in self.messages]
+
+    @property
+    def token_bound(self) -> int:
+        """The most tokens this prompt can take in any tokenizer, without one: a token covers at least one
+        byte of text, plus the chat template's tokens per message."""
+        return sum(len(m.content.encode()) + TEMPLATE_TOKENS_PER_MESSAGE for m in self.messages)
 
 
 @dataclass(frozen=True)
