@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from sglperf.model.prompts import PromptSet, load_prompts
 from sglperf.model.deployment import Deployment, Workload, load
+from sglperf.model.prompts import PromptSet, load_prompts
 from sglperf.session import LiveOptions, LiveSession, PreflightSession
 from sglperf.session.running import RunningVariant
 from sglperf.sglang import envs

@@ -24,11 +24,11 @@ import pytest
 
 from sglperf.baselines import server_moves, store
 from sglperf.judge import batch_evidence, live_evidence
-from sglperf.model.prompts import load_prompts
 from sglperf.measure.samples import HostBusyError
 from sglperf.model.deployment import Deployment, load
 from sglperf.model.intent_names import DECODE_CUDA_GRAPH, OVERLAP_SCHEDULE
 from sglperf.model.measurement import BaselineStatus
+from sglperf.model.prompts import load_prompts
 from sglperf.model.verdict import Status
 from sglperf.runtime import server_ledger
 from sglperf.runtime.provenance import effective_config_record, effective_digest

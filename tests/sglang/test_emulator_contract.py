@@ -27,8 +27,8 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from sglperf.measure import meter
-from sglperf.model.prompts import load_prompts
 from sglperf.model.deployment import load
+from sglperf.model.prompts import load_prompts
 from sglperf.session import LiveOptions, LiveSession, PreflightSession
 from sglperf.sglang import envs, metrics_catalogue
 from sglperf.sglang.batch_log import parse_batch_lines

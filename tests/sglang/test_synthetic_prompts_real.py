@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from sglperf.model.prompts import PromptSet
 from sglperf.measure.synthetic import SyntheticPromptsError, TokenizerSource, cache_path, prompt_set
 from sglperf.model.deployment import RandomPrompts, SharedPrefixPrompts
+from sglperf.model.prompts import PromptSet
 from sglperf.testing import tiny_models
 
 from ..support.project import NEW_SGLANG, SglangPython, make_project, with_workloads

@@ -13,7 +13,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sglperf.measure.meter import measure
-from sglperf.model.prompts import PromptError, load_prompts
 from sglperf.measure.samples import (
     Chunk,
     MeterError,
@@ -24,6 +23,7 @@ from sglperf.measure.samples import (
     ttft_s,
 )
 from sglperf.measure.stream import Event, RequestContext, parse_native, parse_openai, sse_events
+from sglperf.model.prompts import PromptError, load_prompts
 from sglperf.testing.emulator.timing import prompt_tokens_of_text
 
 from ..support.meter import prompt_set, workload

@@ -10,6 +10,8 @@ says whether it ran the graph (`sglperf.sglang.batch_log`), so per measured roun
   lines are judged by the batch they ran: eager at a batch the graph was captured for fails (captured,
   not replayed), and eager above the largest captured batch fails too, confirming preflight's coverage
   failure with SGLang's own line (the workload decodes eager there, whatever the args say);
+* the same for the prefill graph in tokens (``#new-token`` of a line that prefilled one request; lines
+  of several requests prefilled together, a round's ramp, are left to the share below);
 * otherwise a share between none and all is a note with an eager line quoted;
 * no lines, or no graph field in them, is a note: nothing proven, and never reported as a pass;
 * all or none, as expected, says nothing beyond the counts in the record and the report.
@@ -18,6 +20,7 @@ says whether it ran the graph (`sglperf.sglang.batch_log`), so per measured roun
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -40,6 +43,8 @@ def collect(log: str, windows: Mapping[int, str], interval: int | None) -> Batch
     quotes: dict[tuple[str, bool], str] = {}
     eager_batches: dict[int, int] = {}
     eager_quotes: dict[int, str] = {}
+    eager_tokens: dict[int, int] = {}
+    eager_token_quotes: dict[int, str] = {}
     label = None
     for index, text in sorted(windows.items()):
         lines = parse_batch_lines(text)
@@ -51,6 +56,9 @@ def collect(log: str, windows: Mapping[int, str], interval: int | None) -> Batch
             if line.kind == "decode" and line.graph is False and line.running_req is not None:
                 eager_batches[line.running_req] = eager_batches.get(line.running_req, 0) + 1
                 eager_quotes.setdefault(line.running_req, line.text)
+            if line.kind == "prefill" and line.graph is False and line.new_seq == 1 and line.new_token is not None:
+                eager_tokens[line.new_token] = eager_tokens.get(line.new_token, 0) + 1
+                eager_token_quotes.setdefault(line.new_token, line.text)
     return BatchEvidence(
         log=log,
         decode_log_interval=interval,
@@ -62,6 +70,8 @@ def collect(log: str, windows: Mapping[int, str], interval: int | None) -> Batch
         graph_decode_line=quotes.get(("decode", True)),
         eager_decode_batches=eager_batches,
         eager_decode_quotes=eager_quotes,
+        eager_prefill_tokens=eager_tokens,
+        eager_prefill_quotes=eager_token_quotes,
     )
 
 
@@ -84,10 +94,14 @@ def _round(index: int, lines: Sequence[BatchLine]) -> RoundBatches:
 
 
 def judge(
-    evidence: BatchEvidence, expectations: Mapping[str, Any], decode_graph_sizes: Sequence[int] = ()
+    evidence: BatchEvidence,
+    expectations: Mapping[str, Any],
+    decode_graph_sizes: Sequence[int] = (),
+    prefill_graph_sizes: Sequence[int] = (),
 ) -> tuple[list[str], list[str]]:
     """(problems, notes): one line each; see the module docstring. ``decode_graph_sizes``: the batch
-    sizes the server captured its decode graph for (empty: not known)."""
+    sizes the server captured its decode graph for, ``prefill_graph_sizes`` the token sizes of its
+    prefill graph (empty: not known)."""
     problems: list[str] = []
     notes: list[str] = []
     if evidence.graph_label is None:
@@ -104,8 +118,26 @@ def judge(
         where = f"{batches} {kind} batches logged in {len(evidence.rounds)} measured rounds"
         if batches == 0:
             notes.append(f"{intent}: no {kind} batch logged in the measured rounds: not proven")
-        elif kind == "decode" and expected is True and _outgrown_or_partly_replayed(evidence, decode_graph_sizes, ran):
-            problems += _decode_coverage(evidence, max(decode_graph_sizes), where)
+        elif (
+            kind == "decode"
+            and expected is True
+            and _judged_by_size(evidence.eager_decode_batches, decode_graph_sizes, ran)
+        ):
+            problems += _coverage(
+                DECODE_SIZE, evidence.eager_decode_batches, evidence.eager_decode_quotes, max(decode_graph_sizes), where
+            )
+        elif (
+            kind == "prefill"
+            and expected is True
+            and _judged_by_size(evidence.eager_prefill_tokens, prefill_graph_sizes, ran)
+        ):
+            problems += _coverage(
+                PREFILL_SIZE,
+                evidence.eager_prefill_tokens,
+                evidence.eager_prefill_quotes,
+                max(prefill_graph_sizes),
+                where,
+            )
         elif expected is True and ran == 0:
             why = _WHY_PREFILL_EAGER if kind == "prefill" else ""
             problems.append(
@@ -121,34 +153,62 @@ def judge(
     return problems, notes
 
 
-def _outgrown_or_partly_replayed(evidence: BatchEvidence, sizes: Sequence[int], ran: int) -> bool:
-    """Whether eager decode lines are judged by batch: with the sizes known, unless no line ran the graph
-    and every eager one was within the sizes (a graph never replayed, said as such below)."""
-    eager = evidence.eager_decode_batches
+@dataclass(frozen=True)
+class _SizeUnit:
+    """How a graph's captured sizes are counted, as the failures name them."""
+
+    intent: str
+    size: str  # one captured size: "batch", "token size"
+    sizes: str  # several: "batches", "token sizes"
+    label: str  # before the sizes of the lines quoted: "batch 4", "tokens 6000"
+    outgrown: str  # what an eager line above the largest size means
+
+
+DECODE_SIZE = _SizeUnit(
+    DECODE_CUDA_GRAPH,
+    "batch",
+    "batches",
+    "batch",
+    "the workload outgrows the graph (preflight names the rule that set the size and how to raise it)",
+)
+PREFILL_SIZE = _SizeUnit(
+    PREFILL_CUDA_GRAPH,
+    "token size",
+    "token sizes",
+    "tokens",
+    "a prompt longer than the graph's sizes prefills eager (preflight names the rule that set the size and how "
+    "to raise it)",
+)
+
+
+def _judged_by_size(eager: Mapping[int, int], sizes: Sequence[int], ran: int) -> bool:
+    """Whether eager lines are judged by their size: with the sizes known, unless no line ran the graph
+    and every eager one was within the sizes (a graph never replayed, said as such by the caller)."""
     return bool(sizes and eager) and (ran > 0 or max(eager) > max(sizes))
 
 
-def _decode_coverage(evidence: BatchEvidence, largest: int, where: str) -> list[str]:
-    """Eager decode lines split at the largest captured batch: both sides are failures, with a line
-    quoted from each."""
+def _coverage(
+    unit: _SizeUnit, eager: Mapping[int, int], quotes: Mapping[int, str], largest: int, where: str
+) -> list[str]:
+    """Eager lines split at the largest captured size: both sides are failures, with a line quoted from
+    each."""
     problems = []
     for covered in (True, False):
-        sizes = sorted(b for b in evidence.eager_decode_batches if (b <= largest) == covered)
+        sizes = sorted(b for b in eager if (b <= largest) == covered)
         if not sizes:
             continue
-        count = sum(evidence.eager_decode_batches[b] for b in sizes)
-        quote = _quote(evidence.eager_decode_quotes.get(sizes[-1]))
+        count = sum(eager[b] for b in sizes)
+        quote = _quote(quotes.get(sizes[-1]))
         shown = ", ".join(map(str, sizes))
         if covered:
             problems.append(
-                f"{DECODE_CUDA_GRAPH}: {count} of the {where} ran eager at batches the graph was captured for "
-                f"(batch {shown}; captured up to {largest}): SGLang logged {quote}"
+                f"{unit.intent}: {count} of the {where} ran eager at {unit.sizes} the graph was captured for "
+                f"({unit.label} {shown}; captured up to {largest}): SGLang logged {quote}"
             )
         else:
             problems.append(
-                f"{DECODE_CUDA_GRAPH}: {count} of the {where} ran eager above the largest captured batch {largest} "
-                f"(batch {shown}): SGLang logged {quote}; the workload outgrows the graph (preflight names the "
-                "rule that set the size and how to raise it)"
+                f"{unit.intent}: {count} of the {where} ran eager above the largest captured {unit.size} {largest} "
+                f"({unit.label} {shown}): SGLang logged {quote}; {unit.outgrown}"
             )
     return problems
 

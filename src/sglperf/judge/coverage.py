@@ -72,7 +72,10 @@ def _sets(write: Write, largest: int) -> bool:
     return isinstance(new, int) and new == largest
 
 
-def capture_rule(args: EffectiveArgs, largest: int, graph: DecodeCudaGraph | PrefillCudaGraph = DECODE) -> CaptureRule | None:
+Graph = DecodeCudaGraph | PrefillCudaGraph
+
+
+def capture_rule(args: EffectiveArgs, largest: int, graph: Graph = DECODE) -> CaptureRule | None:
     """The SGLang code that set the graph's largest size: the last write of the cap that set this value
     (a traced statement before a declared value), else of the size list, else the release's own record
     of which function declared the graph config."""
@@ -92,7 +95,7 @@ def capture_rule(args: EffectiveArgs, largest: int, graph: DecodeCudaGraph | Pre
     return None
 
 
-def captured_in_args(args: EffectiveArgs, graph: DecodeCudaGraph | PrefillCudaGraph = DECODE) -> CapturedSizes | None:
+def captured_in_args(args: EffectiveArgs, graph: Graph = DECODE) -> CapturedSizes | None:
     """A graph's sizes as the release resolves them, with the rule that set the largest."""
     found = graph.captured_sizes(args.fields)
     if found is None:

@@ -14,13 +14,13 @@ from typing import Any
 
 from sglperf.judge import coverage
 from sglperf.judge.intent import judge
-from sglperf.model.graph_coverage import CapturedSizes, WorkloadBatch
+from sglperf.model.graph_coverage import CapturedSizes, WorkloadBatch, WorkloadPrefill
 from sglperf.model.intent_names import DECODE_CUDA_GRAPH, PREFILL_CUDA_GRAPH, VISION_WEIGHTS_SKIPPED
 from sglperf.model.resolution import EffectiveArgs, LogLine, ModelFacts, strip_ansi
 from sglperf.model.server_facts import DECODE_GRAPH_SIZES_FIELD, ServerFacts
 from sglperf.model.verdict import Status, Verdict
 from sglperf.sglang import modelsize
-from sglperf.sglang.intents import INTENTS, Intent, Speculative
+from sglperf.sglang.intents import INTENTS, PREFILL_GRAPH, Intent, Speculative
 
 LOG_LEVEL = re.compile(r"\b(DEBUG|INFO|WARNING|ERROR|CRITICAL)\b")
 
@@ -55,11 +55,27 @@ def _prefill_graph_evidence(verdict: Verdict, facts: ServerFacts) -> Verdict:
 
 @dataclass(frozen=True)
 class LiveCoverage:
-    """What the decode graph must cover: the workloads' batches, and the sizes and rule preflight
-    resolved (its rule is quoted when the server captured the same largest batch)."""
+    """What the graphs must cover: the workloads' decode batches and prefills, and the sizes and rules
+    preflight resolved (a rule is quoted when the server has the same largest size)."""
 
     batches: Sequence[WorkloadBatch]
     predicted: CapturedSizes | None = None
+    prefills: Sequence[WorkloadPrefill] = ()
+    predicted_prefill: CapturedSizes | None = None
+
+
+def _prefill_coverage(verdict: Verdict, facts: ServerFacts, wanted: LiveCoverage) -> Verdict:
+    """The token sizes the server's own args say its prefill graph has, held against the workloads."""
+    found = PREFILL_GRAPH.captured_sizes(facts.effective)
+    if found is None:
+        return verdict
+    sizes, source = found
+    predicted = wanted.predicted_prefill
+    rule = predicted.rule if predicted and predicted.largest == sizes[-1] else None
+    how = f"raise it: request = {{ {PREFILL_CUDA_GRAPH} = true }} in the variant (preflight spells it for the release)"
+    return coverage.judge_prefill_coverage(
+        verdict, CapturedSizes(sizes, f"/server_info {source}", rule), wanted.prefills, how_to_raise=how
+    )
 
 
 def _decode_coverage(verdict: Verdict, sizes: tuple[int, ...], wanted: LiveCoverage) -> Verdict:
@@ -172,6 +188,8 @@ def check(
         if verdict.status != Status.ERROR:
             if name == PREFILL_CUDA_GRAPH:
                 verdict = _prefill_graph_evidence(verdict, facts)
+                if graph_coverage is not None:
+                    verdict = _prefill_coverage(verdict, facts, graph_coverage)
             elif name == DECODE_CUDA_GRAPH:
                 verdict = _decode_graph_evidence(verdict, facts)
                 if graph_coverage is not None and facts.decode_graph is not None:

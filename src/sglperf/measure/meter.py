@@ -56,7 +56,6 @@ from typing import Any, Protocol, TypeVar
 import httpx
 
 from sglperf.measure import arrivals
-from sglperf.model.prompts import Prompt, PromptSet
 from sglperf.measure.samples import (
     GpuDisturbedError,
     HostBusyError,
@@ -76,6 +75,7 @@ from sglperf.model.deployment import Workload
 from sglperf.model.gpu_telemetry import GpuLimits, GpuRound
 from sglperf.model.host_load import HOST_STAYED_BUSY, HostLoad
 from sglperf.model.metrics import METRIC_NAMES, METRICS
+from sglperf.model.prompts import Prompt, PromptSet
 from sglperf.model.server_facts import ServerFacts
 from sglperf.sglang.server_api import FLUSH_CACHE_PATH, GENERATE_PATHS, NOT_ARGS, SERVER_INFO_PATHS
 

@@ -40,6 +40,11 @@ class BatchEvidence(_Strict):
     # per batch size; one line quoted per size.
     eager_decode_batches: dict[int, int] = {}
     eager_decode_quotes: dict[int, str] = {}
+    # Eager prefill lines of one request each (#new-seq 1) by the tokens they computed (#new-token): the
+    # prefill graph's coverage in tokens. Several requests prefilled together (a round's ramp) are not
+    # counted here: their sum is not one prompt.
+    eager_prefill_tokens: dict[int, int] = {}
+    eager_prefill_quotes: dict[int, str] = {}
 
     def total(self, kind: str) -> tuple[int, int]:
         """(batches logged, of which ran the graph) over every round, for "prefill" or "decode"."""

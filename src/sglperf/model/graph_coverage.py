@@ -2,9 +2,9 @@
 prefill graph), against the batches a deployment's workloads will run.
 
 A decode graph replays only for a batch no larger than the largest size it was captured for; a larger
-batch runs eager, every step, while the graph reads "on". The prefill graph is the same in tokens. SGLang picks the largest size by rules that
-change with the release, the GPU's memory and the parallelism; the rule that picked it travels with the
-sizes so a failure can quote it.
+batch runs eager, every step, while the graph reads "on"; the prefill graph is the same in tokens.
+SGLang picks the largest size by rules that change with the release, the GPU's memory and the
+parallelism; the rule that picked it travels with the sizes so a failure can quote it.
 """
 
 from __future__ import annotations

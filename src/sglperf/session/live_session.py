@@ -34,6 +34,7 @@ from sglperf.session.running import LiveOptions, LiveSkip, RunningVariant
 from sglperf.sglang import batch_log, envs, metrics_catalogue, modelsize
 from sglperf.sglang.cpu_shim import AMX_NOTE
 from sglperf.sglang.flags import LaunchPlan, launch_plan
+from sglperf.sglang.intents import DECODE_GRAPH, PREFILL_GRAPH
 
 MODEL_PATH_ENV = "SGLPERF_MODEL_PATH"
 API_KEY_ENV = "SGLPERF_API_KEY"
@@ -296,7 +297,9 @@ class LiveSession:
                 model=running.predicted_model,
                 graph_coverage=live_evidence.LiveCoverage(
                     coverage.workload_batches(deployment, coverage.max_running(EffectiveArgs(running.facts.effective))),
-                    _preflight_capture(running),
+                    _preflight_capture(running, DECODE_GRAPH),
+                    coverage.prefill_needs(deployment, running.facts.effective),
+                    _preflight_capture(running, PREFILL_GRAPH),
                 ),
             )
         return running.verdicts
@@ -395,11 +398,11 @@ class LiveSession:
         self.stop()
 
 
-def _preflight_capture(running: RunningVariant) -> CapturedSizes | None:
-    """The decode graph's sizes and the rule that set them, as preflight resolved this variant."""
+def _preflight_capture(running: RunningVariant, graph: coverage.Graph) -> CapturedSizes | None:
+    """A graph's sizes and the rule that set them, as preflight resolved this variant."""
     resolution = running.check.resolution
     args = resolution.effective_args if resolution else None
-    return coverage.captured_in_args(args) if args else None
+    return coverage.captured_in_args(args, graph) if args else None
 
 
 def _emulation_problem(facts: ServerFacts, emulator: bool) -> str | None:

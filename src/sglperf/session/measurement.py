@@ -26,7 +26,6 @@ from sglperf.baselines import regression, roofline, server_moves, store
 from sglperf.baselines.sequential import SequentialPlan, SequentialPlanError
 from sglperf.judge import batch_evidence
 from sglperf.measure import meter, synthetic
-from sglperf.model.prompts import PromptSet, load_prompts
 from sglperf.measure.samples import WorkloadResult
 from sglperf.measure.server_scrape import MetricsWatch
 from sglperf.model.batch_evidence import BatchEvidence
@@ -38,6 +37,7 @@ from sglperf.model.host_load import DEFAULT_MAX_HOST_LOAD, HostLoadSummary
 from sglperf.model.measurement import BaselineStatus, MeasurementRecord, Provenance, Roofline, Rounds
 from sglperf.model.metrics import METRICS
 from sglperf.model.progress import Progress, say_once
+from sglperf.model.prompts import PromptSet, load_prompts
 from sglperf.model.server_facts import ServerFacts
 from sglperf.model.server_metrics import ServerMetricsRecord
 from sglperf.model.verdict import Verdict
@@ -45,7 +45,7 @@ from sglperf.runtime import gpu_telemetry, host_probe, provenance
 from sglperf.runtime.log_windows import RoundLogWindows
 from sglperf.session.running import LiveOptions, RunningVariant
 from sglperf.sglang import metrics_catalogue
-from sglperf.sglang.intents import DECODE_GRAPH
+from sglperf.sglang.intents import DECODE_GRAPH, PREFILL_GRAPH
 
 CPU_NOTE = "CPU server (device cpu): CPU numbers, not GPU results; baselines kept under baselines/cpu/"
 
@@ -367,7 +367,10 @@ class Measurement:
         measured = {r.round for r in result.rounds}
         evidence = batch_evidence.collect(str(windows.path), windows.texts(measured), running.decode_log_interval)
         problems, notes = batch_evidence.judge(
-            evidence, running.deployment.expectations_for(running.variant), _decode_graph_sizes(running.facts)
+            evidence,
+            running.deployment.expectations_for(running.variant),
+            _decode_graph_sizes(running.facts),
+            _prefill_graph_sizes(running.facts),
         )
         if windows.truncated:
             cut = ", ".join(map(str, windows.truncated))
@@ -534,4 +537,10 @@ def _decode_graph_sizes(facts: ServerFacts) -> tuple[int, ...]:
     if graph is not None and graph[0]:
         return graph[0]
     found = DECODE_GRAPH.captured_sizes(facts.effective)
+    return found[0] if found else ()
+
+
+def _prefill_graph_sizes(facts: ServerFacts) -> tuple[int, ...]:
+    """The token sizes the server's args say its prefill graph is captured for; empty when they do not."""
+    found = PREFILL_GRAPH.captured_sizes(facts.effective)
     return found[0] if found else ()

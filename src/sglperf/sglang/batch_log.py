@@ -43,6 +43,8 @@ class BatchLine:
     accept_len: float | None  # decode lines with speculative decoding only
     text: str  # the line from its kind on, for quoting
     fields: tuple[str, ...] = ()  # every key, in the order printed
+    new_seq: int | None = None  # prefill lines: the requests this prefill started
+    new_token: int | None = None  # prefill lines: the tokens it computed (the cached prefix not counted)
 
 
 def parse_batch_line(line: str) -> BatchLine | None:
@@ -63,6 +65,8 @@ def parse_batch_line(line: str) -> BatchLine | None:
         accept_len=_float(fields.get("accept len")),
         text=line[head.start() :].strip(),
         fields=tuple(fields),
+        new_seq=_int(fields.get("#new-seq")),
+        new_token=_int(fields.get("#new-token")),
     )
 
 
