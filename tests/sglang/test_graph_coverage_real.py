@@ -1,8 +1,9 @@
 """Graph coverage against real releases' own resolution. The decode graph: a 24 GB GPU at TP 1 with a
 workload at 32 in flight. 0.5.19 caps the decode graph at batch 24 for that memory tier
-(handle_gpu_memory_settings), 0.5.20 raised it to 48 (sgl-project/sglang#37898). The cap each release applies is read here from its
-own source, not from a table of ours; preflight must fail exactly where it is below 32, quote the line
-that set it, and pass once the variant asks for coverage. The prefill graph: below, in tokens."""
+(handle_gpu_memory_settings), 0.5.20 raised it to 48 (sgl-project/sglang#37898). The cap each release
+applies is read here from its own source, not from a table of ours; preflight must fail exactly where it
+is below 32, quote the line that set it, and pass once the variant asks for coverage. The prefill graph:
+below, in tokens."""
 
 from __future__ import annotations
 

@@ -151,18 +151,27 @@ def prefill_needs(deployment: Deployment, fields: Mapping[str, Any]) -> list[Wor
 
 
 def judge_prefill_coverage(
-    verdict: Verdict, captured: CapturedSizes | None, needs: Sequence[WorkloadPrefill], *, how_to_raise: str = ""
+    verdict: Verdict,
+    captured: CapturedSizes | None,
+    needs: Sequence[WorkloadPrefill],
+    *,
+    how_to_raise: str = "",
+    own_flags: str = "",
 ) -> Verdict:
     """The ``prefill_cuda_graph`` verdict of a variant whose graph is on, held against the workloads'
     prompts: a prefill longer than the largest captured token size runs eager. A prompt file's bound
-    (bytes) above the size proves nothing either way: unproven, for the measured rounds to decide."""
+    (bytes) above the size proves nothing either way: unproven, for the measured rounds to decide.
+    ``own_flags``: the variant's own size flags, which set the size whatever SGLang's rules say."""
     if captured is None or verdict.status != Status.PASS or verdict.expected != "on":
         return verdict
     over = [n for n in needs if not captured.covers(n.tokens)]
     largest = captured.largest
     if not over:
         return replace(verdict, actual=f"{verdict.actual}, up to {largest} tokens")
-    set_by = f"set by {captured.rule.describe()}" if captured.rule else f"read from {captured.source}"
+    if own_flags:
+        set_by = f"set by the variant's own {own_flags}"
+    else:
+        set_by = f"set by {captured.rule.describe()}" if captured.rule else f"read from {captured.source}"
     raise_it = f"; {how_to_raise}" if how_to_raise else ""
     head = f"SGLang {verdict.sglang_version} captures the prefill graph up to {largest} tokens, {set_by}"
     exact = [n for n in over if n.exact]

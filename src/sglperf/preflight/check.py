@@ -112,6 +112,7 @@ def check(deployment: Deployment, resolver: Resolver, variant_ids: Sequence[str]
                     coverage.captured_in_args(args, PREFILL_GRAPH),
                     coverage.prefill_needs(deployment, args.fields),
                     how_to_raise=_prefill_coverage_hint(deployment, c.variant, release.parser, c.launch.argv),
+                    own_flags=PREFILL_GRAPH.own_size_flags(c.launch.argv),
                 )
             c.verdicts.append(verdict)
     return checks

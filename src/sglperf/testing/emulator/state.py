@@ -18,6 +18,7 @@ import numpy as np
 
 from sglperf.model.intent_names import DECODE_CUDA_GRAPH, PREFILL_CUDA_GRAPH
 from sglperf.model.server_facts import DECODE_GRAPH_SIZES_FIELD
+from sglperf.sglang.intents import PREFILL_GRAPH
 from sglperf.testing.emulator.config import (
     DECODE_GRAPH_GB,
     GPU_MEM_GB,
@@ -316,8 +317,15 @@ class EmulatorState:
             running, queued = self._batch(now, besides=run)
         self._log_prefill_line(run.prompt_tokens, run.plan.prefill_s, running, queued)
 
+    def prefill_graph_token_sizes(self) -> list[int]:
+        """The token sizes the prefill graph is captured for, as the effective args say (none: no cap)."""
+        found = PREFILL_GRAPH.captured_sizes(self.effective)
+        return list(found[0]) if found else []
+
     def _log_prefill_line(self, tokens: int, prefill_s: float, running: int, queued: int) -> None:
-        ran = self.prefill_graph and self.config.graph_replayed
+        # As SGLang's piecewise runner: a prefill above the largest captured token size runs eager.
+        sizes = self.prefill_graph_token_sizes()
+        ran = self.prefill_graph and self.config.graph_replayed and (not sizes or tokens <= max(sizes))
         tok_s = tokens / prefill_s if prefill_s > 0 else 0.0
         line = prefill_batch_line(tokens, running, self.graph_label, ran, tok_s, queued)
         log(line, rank=self.launch.tp_size > 1)
