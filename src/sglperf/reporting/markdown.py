@@ -12,6 +12,7 @@ from sglperf.history import HistoryError, SqlHistoryStore, open_store
 from sglperf.history.ingest import stored_run
 from sglperf.history.results_folder import RunResults, collect
 from sglperf.model.measurement import MeasurementRecord, Roofline
+from sglperf.model.metrics import describe_change
 from sglperf.reporting import history, plots
 from sglperf.reporting.effects import effects_markdown
 from sglperf.reporting.plots import effect_plot_name
@@ -188,7 +189,8 @@ def markdown(
                 if c:
                     lines.append(
                         f"| {metric} | {_fmt(c.baseline_median)} | {_fmt(c.current_median)} | "
-                        f"{c.change * 100:+.1f}% | {c.threshold * 100:.0f}% | **{c.outcome.value}** |"
+                        f"{describe_change(metric, c.baseline_median, c.current_median)} | {c.threshold * 100:.0f}% | "
+                        f"**{c.outcome.value}** |"
                     )
                 else:
                     lines.append(f"| {metric} | - | {_fmt(summary.median)} | - | - | {m.baseline_status.value} |")
