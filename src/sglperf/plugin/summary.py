@@ -10,7 +10,7 @@ import pytest
 from sglperf.baselines.variant_effects import variant_effects
 from sglperf.history import chosen
 from sglperf.history.results_folder import ResultsError, collect
-from sglperf.model.measurement import MeasurementRow
+from sglperf.model.measurement import BaselineStatus, MeasurementRow
 from sglperf.model.metrics import METRICS, MetricOutcome
 from sglperf.plugin.items import MEASUREMENT_PROPERTY
 from sglperf.plugin.keys import LIVE_KEY
@@ -32,6 +32,8 @@ class RunSummary:
     def __init__(self, config: pytest.Config):
         self.config = config
         self.rows: list[MeasurementRow] = []
+        self.skip_reasons: list[str] = []
+        self.nothing_refreshed: str | None = None
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when == "call":
@@ -40,9 +42,26 @@ class RunSummary:
                 for k, v in report.user_properties
                 if k == MEASUREMENT_PROPERTY
             ]
+        if report.skipped and isinstance(report.longrepr, tuple):
+            self.skip_reasons.append(str(report.longrepr[2]).removeprefix("Skipped: "))
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        """A baseline refresh that refreshed nothing is a failure, not a green run: the person who asked
+        for it would otherwise believe the baselines are new."""
+        if hasattr(self.config, "workerinput") or not self.config.getoption("update_baselines"):
+            return
+        if any(r.status is BaselineStatus.RECORDED for r in self.rows):
+            return
+        why = f"; skipped: {self.skip_reasons[0]}" if self.skip_reasons else ""
+        measured = f"{len(self.rows)} measurement(s) ran, none recorded" if self.rows else "no measurement ran"
+        self.nothing_refreshed = f"sglperf: --update-baselines refreshed no baseline ({measured}{why})"
+        if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         tr = terminalreporter
+        if self.nothing_refreshed:
+            tr.write_line(self.nothing_refreshed, red=True)
         if self.rows:
             emulated = any(r.emulated for r in self.rows)
             tr.section("sglperf measurements" + (" (EMULATOR: a test double, not GPU results)" if emulated else ""))
