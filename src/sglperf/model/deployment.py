@@ -129,6 +129,14 @@ class RunnerProfile(_Strict):
     def _known_metrics(cls, value: dict[str, float]) -> dict[str, float]:
         return _check_thresholds(value)
 
+    @field_validator("compute_capability", mode="before")
+    @classmethod
+    def _capability_as_written(cls, value: Any) -> Any:
+        # 8.9 as a TOML number means the version "8.9" (and 9 means "9.0"): read it as a person wrote it.
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < 100:
+            return f"{float(value):.1f}"
+        return value
+
     @model_validator(mode="before")
     @classmethod
     def _fields_for_device(cls, data: Any) -> Any:
@@ -714,6 +722,8 @@ def _describe(error: ErrorDetails, raw: dict[str, Any]) -> str:
     message = error["msg"].removeprefix("Value error, ")
     if error["type"] in _STRICT_TYPES and isinstance(error["input"], str):
         message += f", got the string {error['input']!r}: write it without quotes"
+    elif error["type"] == "string_type" and isinstance(error["input"], (int, float)):
+        message += f', got the number {error["input"]!r}: write it in quotes, "{error["input"]}"'
     # Name variants by id as well as by index: people edit by id.
     if loc[:1] == ("variants",) and len(loc) > 1 and isinstance(loc[1], int):
         try:
