@@ -53,7 +53,7 @@ def check(deployment: Deployment, resolver: Resolver, variant_ids: Sequence[str]
         if variant_ids is not None and variant.id not in variant_ids:
             continue
         try:
-            launch = launch_plan(deployment, variant, release.parser, model_dir, architectures)
+            launch = launch_plan(deployment, variant, release.parser, model_dir, architectures, on_runner=False)
         except FlagError as exc:
             verdicts = [
                 judge_error(deployment.key, variant.id, name, expected, release.version, str(exc))
@@ -76,7 +76,11 @@ def check(deployment: Deployment, resolver: Resolver, variant_ids: Sequence[str]
                 )
                 try:
                     unasked.append(
-                        (c, name, launch_plan(deployment, without, release.parser, model_dir, architectures))
+                        (
+                            c,
+                            name,
+                            launch_plan(deployment, without, release.parser, model_dir, architectures, on_runner=False),
+                        )
                     )
                 except FlagError:
                     continue

@@ -565,6 +565,8 @@ class Speculative:
         "num_draft_tokens": "speculative_num_draft_tokens",
         "eagle_topk": "speculative_eagle_topk",
     }
+    # A separate draft checkpoint (the deployment's draft_model): not a setting compared, a path.
+    DRAFT_MODEL_FLAG = "--speculative-draft-model-path"
     # SGLang rewrites these algorithm names while resolving.
     ALIASES = {"NEXTN": "EAGLE"}
     fields = tuple(FIELDS.values())
@@ -617,13 +619,14 @@ class Speculative:
 PREFILL_GRAPH = PrefillCudaGraph()
 DECODE_GRAPH = DecodeCudaGraph()
 VISION = VisionWeightsSkipped()
+SPECULATIVE_SETTINGS = Speculative()
 _IMPLEMENTATIONS: tuple[Intent, ...] = (
     PREFILL_GRAPH,
     DECODE_GRAPH,
     OverlapSchedule(),
     SingleBatchOverlap(),
     VISION,
-    Speculative(),
+    SPECULATIVE_SETTINGS,
 )
 INTENTS: dict[str, Intent] = {i.name: i for i in _IMPLEMENTATIONS}
 assert tuple(INTENTS) == INTENT_NAMES, "every intent name has exactly one implementation"
