@@ -391,14 +391,14 @@ def _append_config(config: pytest.Config, verdict: Verdict, effective: Mapping[s
     if record.key in written:
         return
     written.add(record.key)
-    _append_line(config, "configs", record.to_record())
+    append_line(config, "configs", record.to_record())
 
 
 def _append_verdict(config: pytest.Config, verdict: Verdict) -> None:
-    _append_line(config, "verdicts", verdict.to_record())
+    append_line(config, "verdicts", verdict.to_record())
 
 
-def _append_line(config: pytest.Config, kind: str, record: dict[str, Any]) -> None:
+def append_line(config: pytest.Config, kind: str, record: dict[str, Any]) -> None:
     """One JSON line per record; one file per kind and pytest process, so xdist workers never interleave."""
     options = config.stash[LIVE_KEY].options
     folder = options.results_dir

@@ -9,10 +9,11 @@ import pytest
 
 from sglperf.baselines.variant_effects import variant_effects
 from sglperf.history import chosen
-from sglperf.history.results_folder import ResultsError, collect
+from sglperf.history.results_folder import NoResults, ResultsError, collect
+from sglperf.model.item_outcome import MAX_REASON_CHARS, OUTCOMES_KIND, ItemOutcome
 from sglperf.model.measurement import BaselineStatus, MeasurementRow
 from sglperf.model.metrics import METRICS, MetricOutcome
-from sglperf.plugin.items import MEASUREMENT_PROPERTY
+from sglperf.plugin.items import MEASUREMENT_PROPERTY, append_line
 from sglperf.plugin.keys import LIVE_KEY
 from sglperf.reporting import markdown
 from sglperf.reporting.effects import effect_lines, whose_numbers
@@ -44,6 +45,12 @@ class RunSummary:
             ]
         if report.skipped and isinstance(report.longrepr, tuple):
             self.skip_reasons.append(str(report.longrepr[2]).removeprefix("Skipped: "))
+        if report.failed and not hasattr(self.config, "workerinput"):
+            # Written now, by the one process that sees every item: a run cut short keeps what failed.
+            outcome = ItemOutcome(
+                report.nodeid, report.when or "call", report.longreprtext[:MAX_REASON_CHARS], report.duration
+            )
+            append_line(self.config, OUTCOMES_KIND, outcome.to_record())
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         """A baseline refresh that refreshed nothing is a failure, not a green run: the person who asked
@@ -80,8 +87,11 @@ class RunSummary:
                 path, said = markdown.record_and_write(folder.resolve(), chosen(self.config.getoption("history_store")))
                 measured = collect(folder.resolve()).measurements
                 effects = variant_effects(measured)
-            except ResultsError:
-                return  # nothing was recorded in this run
+            except NoResults:
+                return  # nothing was checked, measured or failed in this run
+            except ResultsError as exc:
+                tr.write_line(f"sglperf report: not written: {exc}", red=True)
+                return
             if effects:
                 tr.section(f"sglperf variant effects{whose_numbers(measured)}")
                 for line in effect_lines(effects):

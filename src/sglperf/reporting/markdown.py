@@ -146,6 +146,11 @@ def markdown(
             "(each one's Roofline line names the inputs).",
             "",
         ]
+    if run.failed_items:
+        # First: a night that failed is the one that most needs its report, records or not.
+        lines += [f"## Failed items ({len(run.failed_items)})", ""]
+        lines += [f"- `{o.nodeid}` ({o.phase}, {o.duration_s:.0f} s): {o.headline}" for o in run.failed_items]
+        lines.append("")
     if past.note:
         lines += [f"History: {past.note}", ""]
     if past.streaks:
