@@ -797,6 +797,7 @@ def _check_files(deployment: Deployment) -> None:
         config, where, missing="does not exist (preflight needs the model's config.json; ship it under models/)"
     )
     _check_config_json(config, text, where)
+    drafts: list[tuple[str, Speculative | SpeculativeOverride | None]]
     drafts = [("launch.speculative.draft_model.config", deployment.launch.speculative)]
     drafts += [
         (f"variants[{i}].speculative.draft_model.config", v.speculative) for i, v in enumerate(deployment.variants)
