@@ -36,6 +36,7 @@ base it had before the root existed, so ``except ValueError:`` and ``except OSEr
     ├── baselines.roofline.RooflineError (ValueError)           no roofline: the weights read cannot be counted
     ├── history.sql_store.HistoryError (RuntimeError)           the run-history store cannot be used
     ├── history.results_folder.ResultsError (ValueError)        a results folder or export file unreadable
+    │   └── NoResults                                           a results folder no run wrote anything in
     ├── plugin.items.ItemFailure                                a failed verdict or measurement, explained
     └── testing.emulator.config.ConfigError (ValueError)        the emulator's configuration is unusable
 

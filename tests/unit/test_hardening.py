@@ -245,6 +245,25 @@ def test_toml_integers_are_still_floats(tmp_path: Path) -> None:
     assert isinstance(d.launch.startup_timeout_s, float)
 
 
+@pytest.mark.parametrize(("written", "read"), [("8.6", "8.6"), ("9", "9.0"), ("12.0", "12.0")])
+def test_a_compute_capability_written_as_a_number_is_read_as_written(tmp_path: Path, written: str, read: str) -> None:
+    make_project(tmp_path)
+    path = tmp_path / "deployments" / "qwen36.toml"
+    path.write_text(QWEN36.read_text().replace('compute_capability = "8.6"', f"compute_capability = {written}", 1))
+    assert load(path).runner.compute_capability == read
+
+
+def test_a_number_for_a_text_field_says_to_quote_it(tmp_path: Path) -> None:
+    make_project(tmp_path)
+    path = tmp_path / "deployments" / "qwen36.toml"
+    path.write_text(QWEN36.read_text().replace('gpu_name = "NVIDIA RTX A6000"', "gpu_name = 6000", 1))
+    with pytest.raises(DeploymentError) as excinfo:
+        load(path)
+    assert 'runner.gpu_name: Input should be a valid string, got the number 6000: write it in quotes, "6000"' in str(
+        excinfo.value
+    )
+
+
 def test_incomplete_variant_speculative_is_a_load_error(tmp_path: Path) -> None:
     make_project(tmp_path)
     path = tmp_path / "deployments" / "qwen36.toml"

@@ -215,7 +215,7 @@ def test_comparison_row_shows_baseline_current_delta_threshold_and_outcome(tmp_p
     assert "1 variants, 0 intent checks (0 failed), 1 measurements (1 regressions)." in text
     assert "Notes: --load-format dummy" in text
     assert "| metric | baseline | current | delta | threshold | verdict |" in text
-    assert "| decode_tok_s | 70 | 65 | -7.1% | 3% | **regression** |" in text
+    assert "| decode_tok_s | 70 | 65 | -7.1% (worse) | 3% | **regression** |" in text
 
 
 def test_a_metric_without_comparison_shows_the_current_median_and_baseline_status(tmp_path: Path) -> None:

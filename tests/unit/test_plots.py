@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 from matplotlib.figure import Figure
@@ -82,21 +79,6 @@ def past_of(store_path: Path, *folders: Path) -> tuple[RunResults, history.RunHi
         return run, history.read(run, store)
     finally:
         store.close()
-
-
-@pytest.fixture
-def figures(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Figure]]:
-    """Every figure plots.py closes, kept for inspection (closed afterwards)."""
-    seen: list[Figure] = []
-    close = plt.close
-
-    def keep(fig: Any = None) -> None:
-        seen.append(fig)
-
-    monkeypatch.setattr(plt, "close", keep)
-    yield seen
-    for fig in seen:
-        close(fig)
 
 
 def test_one_samples_png_per_measurement_and_no_history_alone(tmp_path: Path) -> None:
@@ -183,7 +165,7 @@ def test_samples_titles_carry_outcome_and_change_and_the_emulator_tag(tmp_path: 
     plots.samples_figure(measurement(), tmp_path / "t.png")
     emulated, gpu = figures
     titles = {ax.get_title() for ax in emulated.axes}
-    assert titles == {"accept_length\nno baseline", "decode_tok_s\nregression (-9.1%)"}
+    assert titles == {"accept_length\nno baseline", "decode_tok_s\nregression, -9.1% (worse)"}
     assert "[EMULATOR: test double, not GPU results]" in emulated.texts[0].get_text()
     assert "EMULATOR" not in gpu.texts[0].get_text()
 

@@ -70,7 +70,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from sglperf.model.metrics import METRICS, Direction, MetricOutcome, unit_of
+from sglperf.model.metrics import METRICS, Direction, MetricOutcome, format_level, format_ratio_change, unit_of
 
 DEFAULT_ALPHA = 0.01  # several metrics x deployments per run: keep each gate's false alarms low
 DEFAULT_SAMPLES = 12  # samples per metric a run records
@@ -119,8 +119,8 @@ class Comparison:
         values = f"{_fmt(self.baseline_median, unit)} -> {_fmt(self.current_median, unit)}"
         ci = f"[{_fmt_ratio(self.ci_low)}, {_fmt_ratio(self.ci_high)}]"
         evidence = (
-            f"{_fmt_change(self.ratio)}, threshold {self.threshold:.0%}, p={self.p_value:.2g}, "
-            f"{_fmt_level(self.ci_level)} CI of shift ratio {ci}, {n}"
+            f"{format_ratio_change(self.ratio)}, threshold {self.threshold:.0%}, p={self.p_value:.2g}, "
+            f"{format_level(self.ci_level)} CI of shift ratio {ci}, {n}"
         )
         line = f"{self.metric} {verb}: {values} ({evidence})"
         if self.outcome is MetricOutcome.IMPROVEMENT:
@@ -323,16 +323,6 @@ def _ci_rank(m: int, n: int, alpha: float) -> int:
         return int(u_values[cdf <= alpha][-1]) + 1
     z = NormalDist().inv_cdf(1.0 - alpha)
     return max(1, math.floor(m * n / 2.0 - z * math.sqrt(m * n * (m + n + 1) / 12.0)))
-
-
-def _fmt_change(ratio: float) -> str:
-    """A relative change; beyond a hundredfold as a factor, which stays short for any finite ratio."""
-    return f"{ratio - 1.0:+.1%}" if ratio < 100 else f"x{ratio:.3g}"
-
-
-def _fmt_level(level: float) -> str:
-    """98%, or 99.98% for a sequential plan's small alpha (never a rounded "100%")."""
-    return f"{level:.0%}" if level <= 0.99 else f"{level * 100:.8g}%"
 
 
 def _fmt_ratio(ratio: float) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sglperf.history.records import StoredRun
-from sglperf.model.metrics import METRICS, Direction
+from sglperf.model.metrics import METRICS, describe_change
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,8 @@ def compare_runs(a: StoredRun, b: StoredRun) -> list[ChangeRow]:
             was, now = old_outcomes.get(metric), new_outcomes.get(metric)
             outcome_changed = was is not None and now is not None and was != now
             if abs(rel) >= floor or outcome_changed:
-                rows.append(ChangeRow(key, metric, f"{old[metric]:.4g}", f"{new[metric]:.4g}", _change(metric, rel)))
+                change = describe_change(metric, old[metric], new[metric])
+                rows.append(ChangeRow(key, metric, f"{old[metric]:.4g}", f"{new[metric]:.4g}", change))
     verdicts_a = {(v.test_id, v.tier): v.status.value for v in a.verdicts}
     verdicts_b = {(v.test_id, v.tier): v.status.value for v in b.verdicts}
     for item, tier in sorted(verdicts_a.keys() | verdicts_b.keys()):
@@ -51,13 +52,6 @@ def compare_runs(a: StoredRun, b: StoredRun) -> list[ChangeRow]:
         if old_status != new_status:
             rows.append(ChangeRow(item, f"intent ({tier})", old_status, new_status, "->"))
     return rows
-
-
-def _change(metric: str, rel: float) -> str:
-    if metric not in METRICS or rel == 0.0:
-        return f"{rel:+.1%}"
-    better = (rel > 0) == (METRICS[metric].direction is Direction.HIGHER_IS_BETTER)
-    return f"{rel:+.1%} ({'better' if better else 'worse'})"
 
 
 def render(a_label: str, b_label: str, rows: list[ChangeRow]) -> str:

@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from sglperf.errors import SglperfError
 from sglperf.model.effective_config import CONFIGS_GLOB, EffectiveConfigRecord
 from sglperf.model.files import SAFE_NAME_PATTERN, os_problem, read_input, strict_json, write_text_atomic
+from sglperf.model.item_outcome import OUTCOMES_GLOB, ItemOutcome
 from sglperf.model.measurement import MeasurementRecord
 from sglperf.model.verdict import Verdict
 
@@ -32,6 +33,10 @@ RUN_ID_FIELD = "run_id"  # in each verdict line, beside the verdict record
 
 class ResultsError(SglperfError, ValueError):
     """A results folder that cannot be read; the message names the file."""
+
+
+class NoResults(ResultsError):
+    """A results folder in which no run wrote anything (nothing was checked, measured or failed)."""
 
 
 @dataclass(frozen=True)
@@ -99,6 +104,7 @@ class RunResults:
     measurements: tuple[MeasurementRecord, ...]
     stamp: RunStamp | None = None
     configs: tuple[EffectiveConfigRecord, ...] = ()  # each variant's whole effective config, per tier
+    failed_items: tuple[ItemOutcome, ...] = ()  # every item that failed, with or without a record
 
     @property
     def emulated(self) -> bool:
@@ -120,6 +126,14 @@ def _config(path: Path, n: int, line: str) -> tuple[str | None, EffectiveConfigR
         return record.get(RUN_ID_FIELD), EffectiveConfigRecord.from_record(record)
     except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ResultsError(f"{path}:{n}: not an effective-config record ({exc})") from None
+
+
+def _outcome(path: Path, n: int, line: str) -> tuple[str | None, ItemOutcome]:
+    try:
+        record = json.loads(line)
+        return record.get(RUN_ID_FIELD), ItemOutcome.from_record(record)
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ResultsError(f"{path}:{n}: not an item outcome record ({exc})") from None
 
 
 def _lines(folder: Path, glob: str) -> Iterator[tuple[Path, int, str]]:
@@ -154,6 +168,11 @@ def collect(folder: Path) -> RunResults:
     ]
     records = [read_measurement(path) for path in sorted((folder / MEASUREMENTS_DIR).glob("*.json"))]
     measurements = [r for r in records if stamp is None or r.run_id == stamp.run_id]
-    if not verdicts and not measurements:
-        raise ResultsError(f"{folder}: no sglperf results here (expected {VERDICTS_GLOB} or {MEASUREMENTS_DIR}/*.json)")
-    return RunResults(folder, tuple(verdicts), tuple(measurements), stamp, tuple(configs))
+    failed = [
+        o
+        for run_id, o in (_outcome(*at) for at in _lines(folder, OUTCOMES_GLOB))
+        if stamp is None or run_id == stamp.run_id
+    ]
+    if not verdicts and not measurements and not failed:
+        raise NoResults(f"{folder}: no sglperf results here (expected {VERDICTS_GLOB} or {MEASUREMENTS_DIR}/*.json)")
+    return RunResults(folder, tuple(verdicts), tuple(measurements), stamp, tuple(configs), tuple(failed))

@@ -93,10 +93,13 @@ def judge(
     warnings: Sequence[str] = (),
     tier: str = "preflight",
     caveats: Sequence[str] = (),
+    conflict: str = "",
 ) -> Verdict:
     """Compare one intent's expectation with the variant's effective args (None: SGLang refused it).
 
-    ``caveats``: SGLang's own words for a rule the request overrides (see `preflight.check`)."""
+    ``caveats``: SGLang's own words for a rule the request overrides (see `preflight.check`).
+    ``conflict``: the user's own flag that sets the intent against the expectation; a failure names it
+    before anything SGLang did (a request beside it did not lose to SGLang, but to that flag)."""
     shown_expected = intent.show(expected)
     base: dict[str, Any] = {
         "deployment": deployment,
@@ -130,7 +133,7 @@ def judge(
         # Accepted and set, yet SGLang will not act on it here: the failure this suite exists for.
         return Verdict(actual="inert (set, no effect)", status=Status.INERT, detail=inert, reasons=reasons, **base)
     if not intent.matches(expected, reading.value):
-        how = "you asked for it, but SGLang overrode the request" if requested else (hint or "")
+        how = conflict or ("you asked for it, but SGLang overrode the request" if requested else hint)
         detail = f"read from {reading.source}" + (f"; {how}" if how else "")
         if reading.note:
             detail += f"; {reading.note}"

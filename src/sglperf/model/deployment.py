@@ -129,6 +129,14 @@ class RunnerProfile(_Strict):
     def _known_metrics(cls, value: dict[str, float]) -> dict[str, float]:
         return _check_thresholds(value)
 
+    @field_validator("compute_capability", mode="before")
+    @classmethod
+    def _capability_as_written(cls, value: Any) -> Any:
+        # 8.9 as a TOML number means the version "8.9" (and 9 means "9.0"): read it as a person wrote it.
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < 100:
+            return f"{float(value):.1f}"
+        return value
+
     @model_validator(mode="before")
     @classmethod
     def _fields_for_device(cls, data: Any) -> Any:
@@ -173,11 +181,20 @@ class RunnerProfile(_Strict):
         return self.model_dump(exclude_none=True, exclude=set(MEASUREMENT_ONLY_FIELDS))
 
 
+class DraftModel(_Strict):
+    """A separate draft model (EAGLE, EAGLE3, a small standalone model): where the runner keeps it, and
+    its config.json here, which preflight reads (as it reads the target's ``model.config``)."""
+
+    served_path: str = Field(description="the draft checkpoint on GPU runners (may name ${ENV} variables)")
+    config: FilePath = Field(description="the draft's config.json used by preflight, relative to the deployment file")
+
+
 class Speculative(_Strict):
     algorithm: str = Field(min_length=1)
     num_steps: int = Field(ge=1)
     num_draft_tokens: int = Field(ge=1)
     eagle_topk: int = Field(default=1, ge=1)
+    draft_model: DraftModel | None = None  # None: the target carries its own (MTP/NEXTN)
 
 
 class SpeculativeOverride(_Strict):
@@ -185,6 +202,7 @@ class SpeculativeOverride(_Strict):
     num_steps: int | None = Field(default=None, ge=1)
     num_draft_tokens: int | None = Field(default=None, ge=1)
     eagle_topk: int | None = Field(default=None, ge=1)
+    draft_model: DraftModel | None = None
 
 
 def _check_intents(value: dict[str, Any]) -> dict[str, Any]:
@@ -714,6 +732,8 @@ def _describe(error: ErrorDetails, raw: dict[str, Any]) -> str:
     message = error["msg"].removeprefix("Value error, ")
     if error["type"] in _STRICT_TYPES and isinstance(error["input"], str):
         message += f", got the string {error['input']!r}: write it without quotes"
+    elif error["type"] == "string_type" and isinstance(error["input"], (int, float)):
+        message += f', got the number {error["input"]!r}: write it in quotes, "{error["input"]}"'
     # Name variants by id as well as by index: people edit by id.
     if loc[:1] == ("variants",) and len(loc) > 1 and isinstance(loc[1], int):
         try:
@@ -776,12 +796,19 @@ def _check_files(deployment: Deployment) -> None:
     text = _read_text(
         config, where, missing="does not exist (preflight needs the model's config.json; ship it under models/)"
     )
-    try:
-        data = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as exc:
-        raise DeploymentError(f"{where}: {config} is not valid JSON: {exc}") from None
-    if not isinstance(data, dict) or not isinstance(data.get("architectures"), list) or not data["architectures"]:
-        raise DeploymentError(f"{where}: {config} has no 'architectures' list")
+    _check_config_json(config, text, where)
+    drafts: list[tuple[str, Speculative | SpeculativeOverride | None]]
+    drafts = [("launch.speculative.draft_model.config", deployment.launch.speculative)]
+    drafts += [
+        (f"variants[{i}].speculative.draft_model.config", v.speculative) for i, v in enumerate(deployment.variants)
+    ]
+    for field, speculative in drafts:
+        if speculative is None or speculative.draft_model is None:
+            continue
+        where = f"{deployment.path}: {field}"
+        draft = deployment.path.parent / speculative.draft_model.config
+        missing = "does not exist (preflight reads the draft's config.json: copy it from the draft checkpoint)"
+        _check_config_json(draft, _read_text(draft, where, missing=missing), where)
     for i, workload in enumerate(deployment.workloads):
         if workload.prompts is None:  # synthetic: generated when measured, with the server's tokenizer
             continue
@@ -792,6 +819,15 @@ def _check_files(deployment: Deployment) -> None:
             prompts, found = deployment.path.parent / workload.prompts, False
         if not found:
             raise DeploymentError(f"{deployment.path}: workloads[{i}].prompts: {prompts} does not exist")
+
+
+def _check_config_json(config: Path, text: str, where: str) -> None:
+    try:
+        data = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise DeploymentError(f"{where}: {config} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("architectures"), list) or not data["architectures"]:
+        raise DeploymentError(f"{where}: {config} has no 'architectures' list")
 
 
 def discover(paths: list[str | Path]) -> list[Deployment]:

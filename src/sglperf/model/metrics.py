@@ -6,6 +6,7 @@ a metric is added (or its unit corrected) in one place.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import Enum
 
@@ -109,3 +110,32 @@ def with_inherited_floors(thresholds: dict[str, float]) -> dict[str, float]:
 def unit_of(metric: str) -> str:
     known = METRICS.get(metric)
     return known.unit if known else ""
+
+
+def format_ratio_change(ratio: float) -> str:
+    """The change of a value as a signed percentage of it (a latency that rose 15.2% is "+15.2%");
+    beyond a hundredfold a factor, which stays short for any finite ratio."""
+    return f"{ratio - 1.0:+.1%}" if ratio < 100 else f"x{ratio:.3g}"
+
+
+def format_level(level: float) -> str:
+    """A confidence level with the fewest decimals that do not round it up to 100%: "98%", "99.5%",
+    "99.98%" (a sequential plan's small alpha)."""
+    percent = level * 100
+    for digits in range(5):
+        shown = f"{percent:.{digits}f}"
+        if float(shown) < 100:
+            return f"{shown}%"
+    return f"{percent:.6g}%"
+
+
+def describe_change(metric: str, before: float, after: float) -> str:
+    """How a value moved, in the one convention every report uses: the change of the value itself,
+    then whether that is better or worse for this metric ("+15.2% (worse)" for a latency)."""
+    if before == 0 or not math.isfinite(before) or not math.isfinite(after):
+        return "n/a"
+    ratio = after / before
+    if ratio == 1.0 or metric not in METRICS:
+        return format_ratio_change(ratio)
+    better = (ratio > 1.0) == (METRICS[metric].direction is Direction.HIGHER_IS_BETTER)
+    return f"{format_ratio_change(ratio)} ({'better' if better else 'worse'})"

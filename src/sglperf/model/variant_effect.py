@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from sglperf.model.metrics import Direction
+from sglperf.model.metrics import Direction, format_level
 
 # What a deployment's expect_effect states: the value's way, or "none": no effect beyond the floor (a flag
 # that must not cost anything, an A/A pair).
@@ -89,8 +89,9 @@ class VariantEffect(BaseModel):
         said = f"{self.where}: {self.metric} {self.describe()}"
         if self.expectation_met is False:
             evidence = f"(change {self.ratio - 1:+.1%}, interval {self.interval()}, floor {self.floor:.0%})"
+            level = format_level(self.level)
             if self.expected == "none":
-                said += f"; expected no effect, but it is {self.verdict.value} at {self.level:.0%} {evidence}"
+                said += f"; expected no effect, but it is {self.verdict.value} at {level} {evidence}"
             else:
-                said += f"; expected {self.metric} {self.expected}, not detected at {self.level:.0%} {evidence}"
+                said += f"; expected {self.metric} {self.expected}, not detected at {level} {evidence}"
         return said

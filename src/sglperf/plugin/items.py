@@ -275,14 +275,10 @@ class MeasureItem(LiveTierItem):
         self.user_properties.append((MEASUREMENT_PROPERTY, record.row().model_dump_json()))
         for metric, s in sorted(record.summary.items()):
             self.user_properties.append((f"median_{metric}", s.median))
-        lines = [
-            f"{m}: median {s.median:.4g} (p10 {s.p10:.4g}, p90 {s.p90:.4g}, n={s.n})"
-            for m, s in sorted(record.summary.items())
-        ]
-        lines += [c.message for c in record.comparisons] + [f"note: {n}" for n in record.notes]
-        lines += [f"baseline: {c}" for c in record.changes]
         self.add_report_section(
-            "call", "measurement" + (" (EMULATOR, not GPU results)" if record.emulated else ""), "\n".join(lines)
+            "call",
+            "measurement" + (" (EMULATOR, not GPU results)" if record.emulated else ""),
+            "\n".join(measurement_section(record)),
         )
         judge_measurement(record)
 
@@ -314,7 +310,8 @@ class VariantEffectItem(SglperfItem):
             raise _skip(str(exc)) from None
         wanted = variant.expect_effect[workload.id]
         effects = [e for e in variant_effects([reference, measured]) if e.metric in wanted]
-        lines = [e.line() for e in effects] + [
+        # The effects that failed are the failure's own lines: the section shows the rest.
+        lines = [e.line() for e in effects if e.expectation_met is not False] + [
             f"SGLang's batch log, decode batches by #running-req: {r.variant} {_decode_batches(r)}"
             for r in (reference, measured)
         ]
@@ -360,6 +357,19 @@ class CapacityItem(LiveTierItem):
             raise ItemFailure("\n  ".join([f"{report.key}:", *report.lines()]))
 
 
+def measurement_section(record: MeasurementRecord) -> list[str]:
+    """What a measurement item shows besides its failure: the medians, the comparisons that did not
+    fail and, on a pass, the notes. A failure already says its regressions and notes: never twice."""
+    lines = [
+        f"{m}: median {s.median:.4g} (p10 {s.p10:.4g}, p90 {s.p90:.4g}, n={s.n})"
+        for m, s in sorted(record.summary.items())
+    ]
+    lines += [c.message for c in record.comparisons if not c.outcome.fails]
+    if not record.problems:
+        lines += [f"note: {n}" for n in record.notes]
+    return lines + [f"baseline: {c}" for c in record.changes]
+
+
 def judge_measurement(record: MeasurementRecord) -> None:
     """Fail or skip like a built-in measurement item: the same messages for users' own workloads. A
     problem fails even where the baseline policy would skip (the rounds ran eager, say: no baseline
@@ -381,14 +391,14 @@ def _append_config(config: pytest.Config, verdict: Verdict, effective: Mapping[s
     if record.key in written:
         return
     written.add(record.key)
-    _append_line(config, "configs", record.to_record())
+    append_line(config, "configs", record.to_record())
 
 
 def _append_verdict(config: pytest.Config, verdict: Verdict) -> None:
-    _append_line(config, "verdicts", verdict.to_record())
+    append_line(config, "verdicts", verdict.to_record())
 
 
-def _append_line(config: pytest.Config, kind: str, record: dict[str, Any]) -> None:
+def append_line(config: pytest.Config, kind: str, record: dict[str, Any]) -> None:
     """One JSON line per record; one file per kind and pytest process, so xdist workers never interleave."""
     options = config.stash[LIVE_KEY].options
     folder = options.results_dir

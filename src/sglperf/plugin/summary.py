@@ -9,10 +9,11 @@ import pytest
 
 from sglperf.baselines.variant_effects import variant_effects
 from sglperf.history import chosen
-from sglperf.history.results_folder import ResultsError, collect
-from sglperf.model.measurement import MeasurementRow
+from sglperf.history.results_folder import NoResults, ResultsError, collect
+from sglperf.model.item_outcome import MAX_REASON_CHARS, OUTCOMES_KIND, ItemOutcome
+from sglperf.model.measurement import BaselineStatus, MeasurementRow
 from sglperf.model.metrics import METRICS, MetricOutcome
-from sglperf.plugin.items import MEASUREMENT_PROPERTY
+from sglperf.plugin.items import MEASUREMENT_PROPERTY, append_line
 from sglperf.plugin.keys import LIVE_KEY
 from sglperf.reporting import markdown
 from sglperf.reporting.effects import effect_lines, whose_numbers
@@ -32,6 +33,8 @@ class RunSummary:
     def __init__(self, config: pytest.Config):
         self.config = config
         self.rows: list[MeasurementRow] = []
+        self.skip_reasons: list[str] = []
+        self.nothing_refreshed: str | None = None
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when == "call":
@@ -40,9 +43,32 @@ class RunSummary:
                 for k, v in report.user_properties
                 if k == MEASUREMENT_PROPERTY
             ]
+        if report.skipped and isinstance(report.longrepr, tuple):
+            self.skip_reasons.append(str(report.longrepr[2]).removeprefix("Skipped: "))
+        if report.failed and not hasattr(self.config, "workerinput"):
+            # Written now, by the one process that sees every item: a run cut short keeps what failed.
+            outcome = ItemOutcome(
+                report.nodeid, report.when or "call", report.longreprtext[:MAX_REASON_CHARS], report.duration
+            )
+            append_line(self.config, OUTCOMES_KIND, outcome.to_record())
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        """A baseline refresh that refreshed nothing is a failure, not a green run: the person who asked
+        for it would otherwise believe the baselines are new."""
+        if hasattr(self.config, "workerinput") or not self.config.getoption("update_baselines"):
+            return
+        if any(r.status is BaselineStatus.RECORDED for r in self.rows):
+            return
+        why = f"; skipped: {self.skip_reasons[0]}" if self.skip_reasons else ""
+        measured = f"{len(self.rows)} measurement(s) ran, none recorded" if self.rows else "no measurement ran"
+        self.nothing_refreshed = f"sglperf: --update-baselines refreshed no baseline ({measured}{why})"
+        if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         tr = terminalreporter
+        if self.nothing_refreshed:
+            tr.write_line(self.nothing_refreshed, red=True)
         if self.rows:
             emulated = any(r.emulated for r in self.rows)
             tr.section("sglperf measurements" + (" (EMULATOR: a test double, not GPU results)" if emulated else ""))
@@ -61,8 +87,11 @@ class RunSummary:
                 path, said = markdown.record_and_write(folder.resolve(), chosen(self.config.getoption("history_store")))
                 measured = collect(folder.resolve()).measurements
                 effects = variant_effects(measured)
-            except ResultsError:
-                return  # nothing was recorded in this run
+            except NoResults:
+                return  # nothing was checked, measured or failed in this run
+            except ResultsError as exc:
+                tr.write_line(f"sglperf report: not written: {exc}", red=True)
+                return
             if effects:
                 tr.section(f"sglperf variant effects{whose_numbers(measured)}")
                 for line in effect_lines(effects):

@@ -4,18 +4,26 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sglperf.judge import coverage
 from sglperf.judge.intent import explain, judge, judge_error
 from sglperf.model.deployment import Deployment, Variant
-from sglperf.model.intent_names import DECODE_CUDA_GRAPH, PREFILL_CUDA_GRAPH
+from sglperf.model.intent_names import DECODE_CUDA_GRAPH, PREFILL_CUDA_GRAPH, VISION_WEIGHTS_SKIPPED
 from sglperf.model.resolution import Resolution
-from sglperf.model.verdict import Verdict
+from sglperf.model.verdict import Status, Verdict
 from sglperf.preflight.resolver import Resolver
 from sglperf.sglang.flags import SKIP_TOKENIZER_FLAG, FlagError, LaunchPlan, launch_plan, prefill_coverage_need
-from sglperf.sglang.intents import DECODE_GRAPH, INTENTS, PREFILL_GRAPH, Intent, IntentNotExpressible, ParserInfo
+from sglperf.sglang.intents import (
+    DECODE_GRAPH,
+    INTENTS,
+    PREFILL_GRAPH,
+    VISION,
+    Intent,
+    IntentNotExpressible,
+    ParserInfo,
+)
 
 PREFLIGHT_FLAGS = (SKIP_TOKENIZER_FLAG,)
 
@@ -45,7 +53,7 @@ def check(deployment: Deployment, resolver: Resolver, variant_ids: Sequence[str]
         if variant_ids is not None and variant.id not in variant_ids:
             continue
         try:
-            launch = launch_plan(deployment, variant, release.parser, model_dir, architectures)
+            launch = launch_plan(deployment, variant, release.parser, model_dir, architectures, on_runner=False)
         except FlagError as exc:
             verdicts = [
                 judge_error(deployment.key, variant.id, name, expected, release.version, str(exc))
@@ -68,7 +76,11 @@ def check(deployment: Deployment, resolver: Resolver, variant_ids: Sequence[str]
                 )
                 try:
                     unasked.append(
-                        (c, name, launch_plan(deployment, without, release.parser, model_dir, architectures))
+                        (
+                            c,
+                            name,
+                            launch_plan(deployment, without, release.parser, model_dir, architectures, on_runner=False),
+                        )
                     )
                 except FlagError:
                     continue
@@ -94,9 +106,14 @@ def check(deployment: Deployment, resolver: Resolver, variant_ids: Sequence[str]
                 error=resolution.error,
                 requested=name in c.variant.request,
                 hint=_hint(intent.name, expected, release.parser, architectures),
+                conflict=_own_flag_conflict(intent, expected, deployment, c.variant),
                 warnings=c.launch.warnings,
                 caveats=caveats.get((c.variant.id, name), ()),
             )
+            if name == VISION_WEIGHTS_SKIPPED and expected is True and verdict.status is not Status.ERROR:
+                inapplicable = VISION.not_applicable(deployment.hf_config())
+                if inapplicable:
+                    verdict = replace(verdict, status=Status.INERT, actual="not applicable", detail=inapplicable)
             args = resolution.effective_args
             if name == DECODE_CUDA_GRAPH and args is not None:
                 own = DECODE_GRAPH.own_size_flags(c.launch.argv)
@@ -186,6 +203,26 @@ def _added_flags(asked: LaunchPlan | None, intent: Intent) -> list[str]:
     if asked is None:
         return []
     return [a.split("=", 1)[0] for a in asked.argv if a.split("=", 1)[0] in intent.flag_names]
+
+
+def _own_flag_conflict(intent: Intent, expected: Any, deployment: Deployment, variant: Variant) -> str:
+    """Advice when the user's own flags set the intent against the expectation: the conflict is in their
+    file, and asking SGLang for the intent would only add a flag that contradicts theirs."""
+    if not isinstance(expected, bool):
+        return ""
+    for where, flags in (
+        ("the variant's own flags", variant.flags),
+        ("the deployment's [launch] extra_flags", deployment.launch.extra_flags),
+    ):
+        for token in flags:
+            flag = token.split("=", 1)[0]
+            if flag in intent.known_flags and bool(intent.known_flags[flag]) != expected:
+                turns = "on" if intent.known_flags[flag] else "off"
+                return (
+                    f"{flag} in {where} turns it {turns}: remove it there, or put expect = {{ {intent.name} = "
+                    f"{str(not expected).lower()} }} in this variant"
+                )
+    return ""
 
 
 def _hint(intent_name: str, expected: Any, parser: ParserInfo, architectures: tuple[str, ...]) -> str:

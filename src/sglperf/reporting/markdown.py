@@ -12,6 +12,7 @@ from sglperf.history import HistoryError, SqlHistoryStore, open_store
 from sglperf.history.ingest import stored_run
 from sglperf.history.results_folder import RunResults, collect
 from sglperf.model.measurement import MeasurementRecord, Roofline
+from sglperf.model.metrics import describe_change
 from sglperf.reporting import history, plots
 from sglperf.reporting.effects import effects_markdown
 from sglperf.reporting.plots import effect_plot_name
@@ -145,6 +146,11 @@ def markdown(
             "(each one's Roofline line names the inputs).",
             "",
         ]
+    if run.failed_items:
+        # First: a night that failed is the one that most needs its report, records or not.
+        lines += [f"## Failed items ({len(run.failed_items)})", ""]
+        lines += [f"- `{o.nodeid}` ({o.phase}, {o.duration_s:.0f} s): {o.headline}" for o in run.failed_items]
+        lines.append("")
     if past.note:
         lines += [f"History: {past.note}", ""]
     if past.streaks:
@@ -188,7 +194,8 @@ def markdown(
                 if c:
                     lines.append(
                         f"| {metric} | {_fmt(c.baseline_median)} | {_fmt(c.current_median)} | "
-                        f"{c.change * 100:+.1f}% | {c.threshold * 100:.0f}% | **{c.outcome.value}** |"
+                        f"{describe_change(metric, c.baseline_median, c.current_median)} | {c.threshold * 100:.0f}% | "
+                        f"**{c.outcome.value}** |"
                     )
                 else:
                     lines.append(f"| {metric} | - | {_fmt(summary.median)} | - | - | {m.baseline_status.value} |")

@@ -14,7 +14,7 @@ from sglperf.baselines.variant_effects import variant_effects
 from sglperf.history.results_folder import RunResults
 from sglperf.model.files import confined
 from sglperf.model.measurement import MeasurementRecord
-from sglperf.model.metrics import unit_of
+from sglperf.model.metrics import describe_change, unit_of
 from sglperf.model.variant_effect import EffectVerdict, VariantEffect
 from sglperf.reporting.history import Point, RunHistory
 
@@ -55,8 +55,8 @@ def samples_figure(record: MeasurementRecord, path: Path) -> Path:
         _strip(ax, 1, record.samples[metric], OUTCOME_COLOUR.get(outcome, "#555555"), rng)
         ax.set_xticks([0, 1], ["baseline", "current"])
         ax.set_xlim(-0.6, 1.6)
-        change = comparison.change if comparison else None
-        title = f"{metric}\n{outcome}" + (f" ({change * 100:+.1f}%)" if change is not None else "")
+        change = describe_change(metric, comparison.baseline_median, comparison.current_median) if comparison else None
+        title = f"{metric}\n{outcome}" + (f", {change}" if change is not None else "")
         ax.set_title(title, fontsize=10, color=OUTCOME_COLOUR.get(outcome, "black"))
         ax.set_ylabel(unit_of(metric))
         ax.grid(axis="y", alpha=0.3)

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 from dataclasses import dataclass, field
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from sglperf.errors import SglperfError
-from sglperf.model.deployment import Deployment, Variant
+from sglperf.model.deployment import Deployment, DraftModel, Variant
 from sglperf.model.graph_coverage import workload_prefills
 from sglperf.model.intent_names import DECODE_CUDA_GRAPH, PREFILL_CUDA_GRAPH, SPECULATIVE
 from sglperf.sglang.deprecations import DeprecationLedger, flag_of
@@ -22,6 +23,7 @@ from sglperf.sglang.intents import (
     INTENTS,
     MODEL_OVERRIDE_FLAG,
     PREFILL_GRAPH,
+    SPECULATIVE_SETTINGS,
     IntentNotExpressible,
     ParserInfo,
     replacement_for,
@@ -124,9 +126,17 @@ def _applies(spec: str, version: str) -> bool:
 
 
 def launch_plan(
-    deployment: Deployment, variant: Variant, parser: ParserInfo, model_path: str, architectures: tuple[str, ...]
+    deployment: Deployment,
+    variant: Variant,
+    parser: ParserInfo,
+    model_path: str,
+    architectures: tuple[str, ...],
+    *,
+    on_runner: bool = True,
 ) -> LaunchPlan:
-    """Spell one variant for the installed release. Raises FlagError naming the flag and version."""
+    """Spell one variant for the installed release. Raises FlagError naming the flag and version.
+    ``on_runner``: a draft model is its ``served_path`` (a server's launch), else the folder of its
+    config.json (preflight, like ``model_path``)."""
     where = f"{deployment.path} variant {variant.id!r}"
     argv = [MODEL_PATH_FLAG, model_path, TP_FLAG, str(deployment.launch.tp_size)]
     env = dict(deployment.launch.env)
@@ -150,6 +160,10 @@ def launch_plan(
             argv += INTENTS[name].flags(value, parser, architectures)
         except IntentNotExpressible as exc:
             raise FlagError(f"{where}: cannot request {name}: {exc}") from None
+    if not on_runner:
+        _refuse_runner_only_draft(raw, where)
+    if spec is not None and spec.draft_model is not None:
+        argv += [SPECULATIVE_SETTINGS.DRAFT_MODEL_FLAG, _draft_path(deployment, spec.draft_model, on_runner, where)]
     if requested.get(DECODE_CUDA_GRAPH) is True:
         argv += _decode_coverage_flags(deployment, raw, parser, where)
     if requested.get(PREFILL_CUDA_GRAPH) is True:
@@ -170,6 +184,35 @@ def _decode_coverage_flags(deployment: Deployment, raw: list[str], parser: Parse
         return decode.coverage_flags(need, parser, deployment.runner.is_cpu)
     except IntentNotExpressible as exc:
         raise FlagError(f"{where}: cannot request {DECODE_CUDA_GRAPH}: {exc}") from None
+
+
+def _refuse_runner_only_draft(raw: list[str], where: str) -> None:
+    """A draft path in raw flags that exists only on the runner: SGLang would try it as a Hugging Face
+    repo id here and fail four times over; say in one line where it belongs."""
+    flag = SPECULATIVE_SETTINGS.DRAFT_MODEL_FLAG
+    for i, token in enumerate(raw):
+        name, _, inline = token.partition("=")
+        if name != flag:
+            continue
+        path = inline or (raw[i + 1] if i + 1 < len(raw) else "")
+        if path.startswith(("/", "~", ".")) and not os.path.exists(os.path.expanduser(path)):
+            raise FlagError(
+                f"{where}: {flag} {path}: a path on the runner, which preflight cannot read here; declare it as "
+                f'[launch.speculative] draft_model = {{ served_path = "{path}", config = "<its config.json, copied '
+                'beside the deployment>" }'
+            )
+
+
+def _draft_path(deployment: Deployment, draft: DraftModel, on_runner: bool, where: str) -> str:
+    if not on_runner:
+        return str((deployment.path.parent / draft.config).resolve().parent)
+    served = os.path.expanduser(os.path.expandvars(draft.served_path))
+    if "$" in served:
+        raise FlagError(
+            f"{where}: speculative.draft_model.served_path {draft.served_path!r} names an environment variable "
+            "that is not set: set it"
+        )
+    return served
 
 
 def prefill_coverage_need(deployment: Deployment) -> int | None:

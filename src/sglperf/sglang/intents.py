@@ -497,6 +497,21 @@ class VisionWeightsSkipped(_Boolean):
             )
         return Reading(False, f"{self.MODEL_ONLY_FIELD} = False, {self.LANGUAGE_ONLY_FIELD} = False")
 
+    # Where a checkpoint config describes a vision tower (Qwen-VL and Qwen3.5: vision_config; some
+    # Llava-style configs: vision_tower, mm_vision_tower; Qwen-VL 1: visual).
+    VISION_CONFIG_KEYS = ("vision_config", "vision_tower", "mm_vision_tower", "visual")
+
+    def not_applicable(self, hf_config: Mapping[str, Any]) -> str | None:
+        """Why the intent cannot apply to this model at all (a text-only checkpoint), else None."""
+        if any(key in hf_config for key in self.VISION_CONFIG_KEYS):
+            return None
+        architectures = ", ".join(map(str, hf_config.get("architectures") or [])) or "this model"
+        return (
+            f"not applicable: {architectures} is text-only (its config.json has none of "
+            f"{', '.join(self.VISION_CONFIG_KEYS)}), so there is no vision tower to skip: drop {self.name} "
+            "from the deployment's [expect] and the variant's request"
+        )
+
     def _override_asks(self, effective: Mapping[str, Any]) -> bool:
         """Whether the effective model overrides carry the checkpoint switch (a JSON string field)."""
         text = effective.get(self.OVERRIDE_FIELD)
@@ -550,6 +565,8 @@ class Speculative:
         "num_draft_tokens": "speculative_num_draft_tokens",
         "eagle_topk": "speculative_eagle_topk",
     }
+    # A separate draft checkpoint (the deployment's draft_model): not a setting compared, a path.
+    DRAFT_MODEL_FLAG = "--speculative-draft-model-path"
     # SGLang rewrites these algorithm names while resolving.
     ALIASES = {"NEXTN": "EAGLE"}
     fields = tuple(FIELDS.values())
@@ -597,16 +614,19 @@ class Speculative:
         return f"{shown} steps={data['num_steps']} draft={data['num_draft_tokens']} topk={data['eagle_topk']}"
 
 
-# The graphs' own instances: coverage reads their size fields and spells their size flags.
+# Instances others call by name: coverage reads the graphs' size fields and spells their size flags;
+# preflight asks the vision intent whether a model can have a tower at all.
 PREFILL_GRAPH = PrefillCudaGraph()
 DECODE_GRAPH = DecodeCudaGraph()
+VISION = VisionWeightsSkipped()
+SPECULATIVE_SETTINGS = Speculative()
 _IMPLEMENTATIONS: tuple[Intent, ...] = (
     PREFILL_GRAPH,
     DECODE_GRAPH,
     OverlapSchedule(),
     SingleBatchOverlap(),
-    VisionWeightsSkipped(),
-    Speculative(),
+    VISION,
+    SPECULATIVE_SETTINGS,
 )
 INTENTS: dict[str, Intent] = {i.name: i for i in _IMPLEMENTATIONS}
 assert tuple(INTENTS) == INTENT_NAMES, "every intent name has exactly one implementation"

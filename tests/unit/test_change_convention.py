@@ -1,0 +1,73 @@
+"""One sign convention wherever a change is shown: the change of the value itself, then "(worse)" or
+"(better)". A TTFT that rose 15.2% reads "+15.2%" in the console line, the report's delta column, the
+samples plot's title and `sglperf compare`, never "-15.2%" in one of them."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+from matplotlib.figure import Figure
+
+from sglperf.baselines import stats
+from sglperf.baselines.regression import comparison_record
+from sglperf.history.compare import compare_runs
+from sglperf.history.results_folder import collect
+from sglperf.model.measurement import MeasurementRecord, SampleSummary
+from sglperf.model.metrics import describe_change, format_level
+from sglperf.reporting import markdown, plots
+
+from ..support.history import measurement, stored_run
+from .test_markdown_report import write_folder
+
+BEFORE = [0.100, 0.101, 0.099, 0.100, 0.1005, 0.0995]
+AFTER = [round(v * 1.152, 6) for v in BEFORE]
+
+
+def _record() -> MeasurementRecord:
+    comparison = stats.compare_samples("ttft_s", BEFORE, AFTER, threshold=0.05)
+    base = measurement("r2", 70.0)
+    return base.model_copy(
+        update={
+            "samples": {"ttft_s": AFTER},
+            "summary": {"ttft_s": SampleSummary(n=6, median=sorted(AFTER)[3], p10=min(AFTER), p90=max(AFTER))},
+            "baseline_samples": {"ttft_s": BEFORE},
+            "comparisons": [comparison_record(comparison)],
+        }
+    )
+
+
+def test_a_latency_that_rose_reads_plus_and_worse_everywhere(tmp_path: Path, figures: list[Figure]) -> None:
+    record = _record()
+    comparison = record.comparisons[0]
+    shown = describe_change("ttft_s", comparison.baseline_median, comparison.current_median)
+    assert shown.startswith("+15.") and shown.endswith("(worse)"), shown
+
+    assert f"({shown.split()[0]}, threshold 5%" in comparison.message  # console: the verdict line
+    report = markdown.markdown(collect(write_folder(tmp_path / "night", [], [record])))
+    assert f"| {shown} | 5% | **regression** |" in report  # report.md's delta column
+
+    plots.samples_figure(record, tmp_path / "s.png")
+    assert f"ttft_s\nregression, {shown}" in {ax.get_title() for ax in figures[0].axes}  # the samples plot
+
+    earlier = stored_run("r1", 1)
+    later = dataclasses.replace(stored_run("r2", 2), measurements=(record,))
+    old = earlier.measurements[0].model_copy(
+        update={"samples": {"ttft_s": BEFORE}, "summary": {"ttft_s": SampleSummary(n=6, median=0.1, p10=0.1, p90=0.1)}}
+    )
+    earlier = dataclasses.replace(earlier, measurements=(old,))
+    rows = [r for r in compare_runs(earlier, later) if r.what == "ttft_s"]
+    assert rows and rows[0].change.startswith("+15.") and rows[0].change.endswith("(worse)")  # sglperf compare
+
+
+@pytest.mark.parametrize(
+    ("level", "shown"), [(0.98, "98%"), (0.99548695, "99.5%"), (0.9998, "99.98%"), (0.99999, "99.999%")]
+)
+def test_confidence_levels_print_short_and_never_as_100(level: float, shown: str) -> None:
+    assert format_level(level) == shown
+
+
+def test_a_comparison_line_prints_its_level_short() -> None:
+    comparison = stats.compare_samples("decode_tok_s", [70.0] * 6, [65.0] * 6, threshold=0.03, alpha=0.0022565)
+    assert "99.5% CI" in comparison.message() and "99.548" not in comparison.message()
