@@ -35,6 +35,7 @@ class RunSummary:
         self.rows: list[MeasurementRow] = []
         self.skip_reasons: list[str] = []
         self.nothing_refreshed: str | None = None
+        self.failed = 0
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when == "call":
@@ -46,6 +47,7 @@ class RunSummary:
         if report.skipped and isinstance(report.longrepr, tuple):
             self.skip_reasons.append(str(report.longrepr[2]).removeprefix("Skipped: "))
         if report.failed and not hasattr(self.config, "workerinput"):
+            self.failed += 1
             # Written now, by the one process that sees every item: a run cut short keeps what failed.
             outcome = ItemOutcome(
                 report.nodeid, report.when or "call", report.longreprtext[:MAX_REASON_CHARS], report.duration
@@ -60,7 +62,10 @@ class RunSummary:
         if any(r.status is BaselineStatus.RECORDED for r in self.rows):
             return
         why = f"; skipped: {self.skip_reasons[0]}" if self.skip_reasons else ""
-        measured = f"{len(self.rows)} measurement(s) ran, none recorded" if self.rows else "no measurement ran"
+        if self.rows:
+            measured = f"{len(self.rows)} measurement(s) ran, none recorded"
+        else:
+            measured = f"no measurement ran; {self.failed} item(s) failed" if self.failed else "no measurement ran"
         self.nothing_refreshed = f"sglperf: --update-baselines refreshed no baseline ({measured}{why})"
         if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
