@@ -12,9 +12,10 @@ import itertools
 import json
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
@@ -29,6 +30,7 @@ VERDICTS_GLOB = "verdicts*.jsonl"
 MEASUREMENTS_DIR = "measurements"
 RUN_FILE = "run.json"
 RUN_ID_FIELD = "run_id"  # in each verdict line, beside the verdict record
+T = TypeVar("T")
 
 
 class ResultsError(SglperfError, ValueError):
@@ -111,29 +113,19 @@ class RunResults:
         return any(m.emulated for m in self.measurements) or any("emulator" in v.tier for v in self.verdicts)
 
 
-def _verdict(path: Path, n: int, line: str) -> tuple[str | None, Verdict]:
-    """A verdict line: the id of the run that wrote it (None before run ids) and the verdict."""
-    try:
-        record = json.loads(line)
-        return record.get(RUN_ID_FIELD), Verdict.from_record(record)
-    except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise ResultsError(f"{path}:{n}: not a verdict record ({exc})") from None
-
-
-def _config(path: Path, n: int, line: str) -> tuple[str | None, EffectiveConfigRecord]:
-    try:
-        record = json.loads(line)
-        return record.get(RUN_ID_FIELD), EffectiveConfigRecord.from_record(record)
-    except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise ResultsError(f"{path}:{n}: not an effective-config record ({exc})") from None
-
-
-def _outcome(path: Path, n: int, line: str) -> tuple[str | None, ItemOutcome]:
-    try:
-        record = json.loads(line)
-        return record.get(RUN_ID_FIELD), ItemOutcome.from_record(record)
-    except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise ResultsError(f"{path}:{n}: not an item outcome record ({exc})") from None
+def _run_lines(folder: Path, glob: str, parse: Callable[[dict[str, Any]], T], what: str, run_id: str | None) -> list[T]:
+    """The records of the JSON-line files ``glob`` names (a verdict, an effective config, a failed item:
+    each beside the id of the run that wrote it, none before run ids); with ``run_id``, that run's only."""
+    found = []
+    for path, n, line in _lines(folder, glob):
+        try:
+            record = json.loads(line)
+            written_by, parsed = record.get(RUN_ID_FIELD), parse(record)
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ResultsError(f"{path}:{n}: not {what} record ({exc})") from None
+        if run_id is None or written_by == run_id:
+            found.append(parsed)
+    return found
 
 
 def _lines(folder: Path, glob: str) -> Iterator[tuple[Path, int, str]]:
@@ -159,20 +151,12 @@ def collect(folder: Path) -> RunResults:
     """Read what the folder's run wrote: verdict lines (one file per pytest process) and measurement
     records; with a run stamp, only those of that run."""
     stamp = read_stamp(folder)
-    lines = [_verdict(*at) for at in _lines(folder, VERDICTS_GLOB)]
-    verdicts = [v for run_id, v in lines if stamp is None or run_id == stamp.run_id]
-    configs = [
-        c
-        for run_id, c in (_config(*at) for at in _lines(folder, CONFIGS_GLOB))
-        if stamp is None or run_id == stamp.run_id
-    ]
+    run_id = stamp.run_id if stamp else None
+    verdicts = _run_lines(folder, VERDICTS_GLOB, Verdict.from_record, "a verdict", run_id)
+    configs = _run_lines(folder, CONFIGS_GLOB, EffectiveConfigRecord.from_record, "an effective-config", run_id)
+    failed = _run_lines(folder, OUTCOMES_GLOB, ItemOutcome.from_record, "an item outcome", run_id)
     records = [read_measurement(path) for path in sorted((folder / MEASUREMENTS_DIR).glob("*.json"))]
-    measurements = [r for r in records if stamp is None or r.run_id == stamp.run_id]
-    failed = [
-        o
-        for run_id, o in (_outcome(*at) for at in _lines(folder, OUTCOMES_GLOB))
-        if stamp is None or run_id == stamp.run_id
-    ]
+    measurements = [r for r in records if run_id is None or r.run_id == run_id]
     if not verdicts and not measurements and not failed:
         raise NoResults(f"{folder}: no sglperf results here (expected {VERDICTS_GLOB} or {MEASUREMENTS_DIR}/*.json)")
     return RunResults(folder, tuple(verdicts), tuple(measurements), stamp, tuple(configs), tuple(failed))
