@@ -317,3 +317,17 @@ def test_the_captured_decode_sizes_are_held_against_the_workloads_with_preflight
     covered = live_evidence.LiveCoverage([WorkloadBatch("chat", "concurrency 4", 4)])
     verdict = check_one("decode_cuda_graph", True, server, graph_coverage=covered)
     assert verdict.status == Status.PASS and verdict.actual == "on, up to batch 8"
+
+
+def test_the_vision_intent_on_a_text_only_model_is_not_applicable_live_too() -> None:
+    (v,) = live_evidence.check(
+        "tiny",
+        "plain",
+        {"vision_weights_skipped": True},
+        facts({}, {"weight": TEXT_ONLY}),
+        "",
+        config={"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3"},
+        tp=TP,
+    )
+    assert v.status == Status.INERT and v.actual == "not applicable", v
+    assert v.detail.startswith("not applicable: Qwen3ForCausalLM is text-only")

@@ -121,19 +121,13 @@ def judge_coverage(
     gaps = find_gaps(captured, batches)
     if not gaps:
         return replace(verdict, actual=f"{verdict.actual}, up to batch {captured.largest}")
-    set_by = f"set by {captured.rule.describe()}" if captured.rule else f"read from {captured.source}"
-    raise_it = f"; {how_to_raise}" if how_to_raise else ""
+    set_by, raise_it = _set_by(captured), f"; {how_to_raise}" if how_to_raise else ""
     lines = [
         f"{g.need.describe()} decodes eager: SGLang {verdict.sglang_version} captures the decode graph up to "
         f"batch {captured.largest}, below the workload's {g.need.batch}, {set_by}{raise_it}"
         for g in gaps
     ]
-    return replace(
-        verdict,
-        status=Status.FAIL,
-        actual=f"{verdict.actual}, up to batch {captured.largest}: eager above",
-        detail="\n  ".join([verdict.detail, *lines]),
-    )
+    return _with_lines(verdict, Status.FAIL, f"{verdict.actual}, up to batch {captured.largest}: eager above", lines)
 
 
 def prefill_needs(deployment: Deployment, fields: Mapping[str, Any]) -> list[WorkloadPrefill]:
@@ -168,29 +162,25 @@ def judge_prefill_coverage(
     largest = captured.largest
     if not over:
         return replace(verdict, actual=f"{verdict.actual}, up to {largest} tokens")
-    if own_flags:
-        set_by = f"set by the variant's own {own_flags}"
-    else:
-        set_by = f"set by {captured.rule.describe()}" if captured.rule else f"read from {captured.source}"
+    set_by = f"set by the variant's own {own_flags}" if own_flags else _set_by(captured)
     raise_it = f"; {how_to_raise}" if how_to_raise else ""
     head = f"SGLang {verdict.sglang_version} captures the prefill graph up to {largest} tokens, {set_by}"
     exact = [n for n in over if n.exact]
     if exact:
         lines = [f"{n.describe()} run eager: {head}{raise_it}" for n in exact]
-        return replace(
-            verdict,
-            status=Status.FAIL,
-            actual=f"{verdict.actual}, up to {largest} tokens: eager above",
-            detail="\n  ".join([verdict.detail, *lines]),
-        )
+        return _with_lines(verdict, Status.FAIL, f"{verdict.actual}, up to {largest} tokens: eager above", lines)
     lines = [
         f"{n.describe()} may run eager: {head}; the measured rounds' prefill lines decide (synthetic prompts, "
         "counted in tokens, decide here)"
         for n in over
     ]
-    return replace(
-        verdict,
-        status=Status.UNPROVEN,
-        actual=f"{verdict.actual}, up to {largest} tokens",
-        detail="\n  ".join([verdict.detail, *lines]),
-    )
+    return _with_lines(verdict, Status.UNPROVEN, f"{verdict.actual}, up to {largest} tokens", lines)
+
+
+def _set_by(captured: CapturedSizes) -> str:
+    return f"set by {captured.rule.describe()}" if captured.rule else f"read from {captured.source}"
+
+
+def _with_lines(verdict: Verdict, status: Status, actual: str, lines: Sequence[str]) -> Verdict:
+    """The verdict turned ``status``, one detail line per workload the graph does not cover."""
+    return replace(verdict, status=status, actual=actual, detail="\n  ".join([verdict.detail, *lines]))

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from sglperf.model.resolution import STARTUP_REFUSAL, EffectiveArgs, SGLangError, Write
 from sglperf.model.verdict import Status, Verdict
-from sglperf.sglang.intents import INTENTS, Intent
+from sglperf.sglang.intents import INTENTS, VISION, Intent
 
 MAX_REASONS = 4
 
@@ -173,3 +174,12 @@ def judge_error(
         sglang_version=sglang_version,
         tier=tier,
     )
+
+
+def not_applicable(verdict: Verdict, hf_config: Mapping[str, Any]) -> Verdict:
+    """An expectation the model cannot have (the vision intent on a text-only checkpoint): INERT, with
+    why, in every tier; other verdicts as they are."""
+    if verdict.intent != VISION.name or verdict.expected != VISION.show(True) or verdict.status is Status.ERROR:
+        return verdict
+    reason = VISION.not_applicable(hf_config)
+    return replace(verdict, status=Status.INERT, actual="not applicable", detail=reason) if reason else verdict

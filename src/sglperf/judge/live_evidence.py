@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from sglperf.judge import coverage
-from sglperf.judge.intent import judge
+from sglperf.judge.intent import judge, not_applicable
 from sglperf.model.graph_coverage import CapturedSizes, WorkloadBatch, WorkloadPrefill
 from sglperf.model.intent_names import DECODE_CUDA_GRAPH, PREFILL_CUDA_GRAPH, VISION_WEIGHTS_SKIPPED
 from sglperf.model.resolution import EffectiveArgs, LogLine, ModelFacts, strip_ansi
@@ -197,5 +197,6 @@ def check(
             elif name == VISION_WEIGHTS_SKIPPED:
                 mtp = facts.effective.get(Speculative.FIELDS["algorithm"]) is not None
                 verdict = _vision_evidence(verdict, facts, config, tp, mtp, proven=model is not None)
+                verdict = not_applicable(verdict, config)
         verdicts.append(verdict)
     return verdicts

@@ -4,22 +4,21 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from sglperf.judge import coverage
-from sglperf.judge.intent import explain, judge, judge_error
+from sglperf.judge.intent import explain, judge, judge_error, not_applicable
 from sglperf.model.deployment import Deployment, Variant
-from sglperf.model.intent_names import DECODE_CUDA_GRAPH, PREFILL_CUDA_GRAPH, VISION_WEIGHTS_SKIPPED
+from sglperf.model.intent_names import DECODE_CUDA_GRAPH, PREFILL_CUDA_GRAPH
 from sglperf.model.resolution import Resolution
-from sglperf.model.verdict import Status, Verdict
+from sglperf.model.verdict import Verdict
 from sglperf.preflight.resolver import Resolver
 from sglperf.sglang.flags import SKIP_TOKENIZER_FLAG, FlagError, LaunchPlan, launch_plan, prefill_coverage_need
 from sglperf.sglang.intents import (
     DECODE_GRAPH,
     INTENTS,
     PREFILL_GRAPH,
-    VISION,
     Intent,
     IntentNotExpressible,
     ParserInfo,
@@ -46,6 +45,7 @@ def config_digest(deployment: Deployment) -> str:
 def check(deployment: Deployment, resolver: Resolver, variant_ids: Sequence[str] | None = None) -> list[VariantCheck]:
     """Plan, resolve and judge every (selected) variant of a deployment with one SGLang release."""
     release = resolver.release()
+    hf_config = deployment.hf_config()
     architectures = deployment.architectures
     model_dir = str(deployment.config_path.parent)
     checks: list[VariantCheck] = []
@@ -110,10 +110,7 @@ def check(deployment: Deployment, resolver: Resolver, variant_ids: Sequence[str]
                 warnings=c.launch.warnings,
                 caveats=caveats.get((c.variant.id, name), ()),
             )
-            if name == VISION_WEIGHTS_SKIPPED and expected is True and verdict.status is not Status.ERROR:
-                inapplicable = VISION.not_applicable(deployment.hf_config())
-                if inapplicable:
-                    verdict = replace(verdict, status=Status.INERT, actual="not applicable", detail=inapplicable)
+            verdict = not_applicable(verdict, hf_config)
             args = resolution.effective_args
             if name == DECODE_CUDA_GRAPH and args is not None:
                 own = DECODE_GRAPH.own_size_flags(c.launch.argv)

@@ -502,10 +502,11 @@ class VisionWeightsSkipped(_Boolean):
     VISION_CONFIG_KEYS = ("vision_config", "vision_tower", "mm_vision_tower", "visual")
 
     def not_applicable(self, hf_config: Mapping[str, Any]) -> str | None:
-        """Why the intent cannot apply to this model at all (a text-only checkpoint), else None."""
-        if any(key in hf_config for key in self.VISION_CONFIG_KEYS):
+        """Why the intent cannot apply to this model at all (a text-only checkpoint), else None. A config
+        naming no architecture says too little to tell."""
+        architectures = ", ".join(map(str, hf_config.get("architectures") or []))
+        if not architectures or any(key in hf_config for key in self.VISION_CONFIG_KEYS):
             return None
-        architectures = ", ".join(map(str, hf_config.get("architectures") or [])) or "this model"
         return (
             f"not applicable: {architectures} is text-only (its config.json has none of "
             f"{', '.join(self.VISION_CONFIG_KEYS)}), so there is no vision tower to skip: drop {self.name} "
