@@ -3,15 +3,10 @@ config.json here (the runner path would be tried as a Hugging Face repo id and r
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
-from ..support.project import SglangPython
+from ..support.project import SglangPython, preflight_json
 from ..unit.test_draft_model import DRAFT, HEAD
-
-SGLPERF = str(Path(sys.executable).with_name("sglperf"))
 
 
 def test_a_declared_draft_model_resolves_from_its_config(sglang_python: SglangPython, tmp_path: Path) -> None:
@@ -19,14 +14,7 @@ def test_a_declared_draft_model_resolves_from_its_config(sglang_python: SglangPy
     path = tmp_path / "draft.toml"
     draft = f'draft_model = {{ served_path = "/models/EAGLE3-tiny", config = "{DRAFT}" }}\n'
     path.write_text(HEAD + draft + '\n[[variants]]\nid = "eagle3"\n')
-    proc = subprocess.run(
-        [SGLPERF, "preflight", str(path), "--sglang", "0.5.23", "--json"],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        timeout=900,
-    )
-    records = json.loads(proc.stdout or "[]")
+    proc, records = preflight_json(path, "0.5.23")
     assert len(records) == 1, proc.stderr[-2000:]
     record = records[0]
     assert record["status"] == "pass" and record["actual"] == "EAGLE3 steps=2 draft=3 topk=1", record

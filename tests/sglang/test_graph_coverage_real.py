@@ -10,14 +10,12 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from ..support.project import ROOT, SglangPython, one_24gb_gpu_deployment
+from ..support.project import ROOT, SGLPERF, SglangPython, one_24gb_gpu_deployment, preflight_json
 
-SGLPERF = str(Path(sys.executable).with_name("sglperf"))
 WORKLOAD_BATCH = 32
 
 DEPLOYMENT = one_24gb_gpu_deployment(
@@ -39,18 +37,23 @@ concurrency = [1, {WORKLOAD_BATCH}]
 )
 
 
-def _tier_cap(python: str) -> tuple[Path, int]:
-    """The decode graph's largest batch the release's own source gives a 20-35 GB GPU at TP < 4, and the
-    file it is written in (0.5.19+: arg_groups/memory_hook.py; before: server_args.py)."""
+def _source_cap(python: str, branch: str, cap: str) -> tuple[Path, int]:
+    """The first number ``cap`` (a regex with one group) finds after the text ``branch`` in the release's
+    own resolution (0.5.19+: arg_groups/memory_hook.py; before: server_args.py), and the file it is in."""
     package = next(Path(python).parent.parent.glob("lib/python3*/site-packages/sglang/srt"))
     for source in (package / "arg_groups" / "memory_hook.py", package / "server_args.py"):
         text = source.read_text() if source.exists() else ""
-        branch = text.find("elif gpu_mem < 35 * 1024:")
-        if branch >= 0:
-            found = re.search(r"max_bs = (\d+)", text[branch:])
-            assert found, f"{source}: no max_bs under the 35 GB branch"
+        at = text.find(branch)
+        if at >= 0:
+            found = re.search(cap, text[at:])
+            assert found, f"{source}: no cap after {branch!r}"
             return source, int(found.group(1))
-    raise AssertionError(f"{package}: no 35 GB memory tier in its resolution")
+    raise AssertionError(f"{package}: no {branch!r} in its resolution")
+
+
+def _tier_cap(python: str) -> tuple[Path, int]:
+    """The decode graph's largest batch the release's own source gives a 20-35 GB GPU at TP < 4."""
+    return _source_cap(python, "elif gpu_mem < 35 * 1024:", r"max_bs = (\d+)")
 
 
 @pytest.mark.parametrize("version", [pytest.param("0.5.13", marks=pytest.mark.long), "0.5.19", "0.5.20", "0.5.23"])
@@ -61,14 +64,8 @@ def test_a_batch_above_the_releases_cap_fails_naming_the_rule_and_the_request_co
     source, cap = _tier_cap(python)
     path = tmp_path / "coverage.toml"
     path.write_text(DEPLOYMENT)
-    proc = subprocess.run(
-        [SGLPERF, "preflight", str(path), "--sglang", version, "--json"],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        timeout=900,
-    )
-    records = {r["variant"]: r for r in json.loads(proc.stdout or "[]")}
+    proc, found = preflight_json(path, version)
+    records = {r["variant"]: r for r in found}
     assert set(records) == {"defaults", "covered"}, proc.stderr[-3000:]
     defaults, covered = records["defaults"], records["covered"]
     # Asked for, the graph is captured up to the workload's batch on every release, whatever its spelling.
@@ -193,15 +190,7 @@ output_len = 16
 
 def _llama2_cap(python: str) -> tuple[Path, int]:
     """The prefill graph's largest size the release's own source gives a Llama-2 path, and its file."""
-    package = next(Path(python).parent.parent.glob("lib/python3*/site-packages/sglang/srt"))
-    for source in (package / "arg_groups" / "memory_hook.py", package / "server_args.py"):
-        text = source.read_text() if source.exists() else ""
-        branch = text.find('"llama-2" in')
-        if branch >= 0:
-            found = re.search(r"max_(?:bs|tokens), (\d+)", text[branch:])
-            assert found, f"{source}: no cap under the Llama-2 rule"
-            return source, int(found.group(1))
-    raise AssertionError(f"{package}: no Llama-2 rule in its resolution")
+    return _source_cap(python, '"llama-2" in', r"max_(?:bs|tokens), (\d+)")
 
 
 @pytest.mark.parametrize("version", [pytest.param("0.5.13", marks=pytest.mark.long), "0.5.19", "0.5.23"])
@@ -214,14 +203,8 @@ def test_a_prompt_above_the_prefill_graphs_size_fails_naming_the_rule_and_the_re
     (tmp_path / "Llama-2-7b-tiny" / "config.json").write_text(json.dumps(LLAMA2_CONFIG))
     path = tmp_path / "llama2.toml"
     path.write_text(LLAMA2_DEPLOYMENT)
-    proc = subprocess.run(
-        [SGLPERF, "preflight", str(path), "--sglang", version, "--json"],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        timeout=900,
-    )
-    records = {r["variant"]: r for r in json.loads(proc.stdout or "[]")}
+    proc, found = preflight_json(path, version)
+    records = {r["variant"]: r for r in found}
     assert set(records) == {"defaults", "covered"}, proc.stderr[-3000:]
     defaults, covered = records["defaults"], records["covered"]
     # Asked for, the graph is captured past the prompt (rounded up to a size SGLang captures).

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 QWEN36 = ROOT / "deployments" / "qwen36.toml"
@@ -15,6 +19,7 @@ OLD_SGLANG = "0.5.13"
 NEW_SGLANG = "0.5.23"
 # What the sglang_python fixture gives: a release's managed interpreter, built on first use.
 SglangPython = Callable[[str], str]
+SGLPERF = str(Path(sys.executable).with_name("sglperf"))
 
 
 def make_project(root: Path, deployment_text: str | None = None) -> Path:
@@ -74,3 +79,19 @@ tp_size = 1
 decode_cuda_graph = true
 """
     return head + body
+
+
+def preflight_json(
+    path: Path, version: str, *extra: str
+) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]]]:
+    """``sglperf preflight PATH --sglang VERSION --json`` run beside the file, as a user runs it: the
+    process and its verdict records (none when it printed no JSON)."""
+    proc = subprocess.run(
+        [SGLPERF, "preflight", str(path), "--sglang", version, "--json", *extra],
+        capture_output=True,
+        text=True,
+        cwd=path.parent,
+        timeout=900,
+    )
+    records: list[dict[str, Any]] = json.loads(proc.stdout or "[]")
+    return proc, records
