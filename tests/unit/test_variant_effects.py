@@ -170,3 +170,13 @@ def test_no_effect_can_be_required_and_is_met_only_inside_the_floor() -> None:
     failed = effect_of(ref, moved, "decode_tok_s")
     assert failed.expectation_met is False
     assert "; expected no effect, but it is better at 98% (change +8." in failed.line()
+
+
+def test_no_effect_undecided_is_neither_met_nor_failed() -> None:
+    ref = _variant("ref", _noisy(70.0, cv=0.005))
+    noisy = _variant("noisy", _noisy(70.0, cv=0.2, seed=3), expected={"decode_tok_s": "none"})
+    effect = effect_of(ref, noisy, "decode_tok_s")
+    assert effect.verdict is EffectVerdict.UNDECIDED, effect.line()
+    assert effect.expectation_met is None and effect.expectation_undecided
+    assert effect.line().endswith("; expected no effect: not decided either way (more rounds)")
+    assert any("EXPECTED NO EFFECT: NOT DECIDED" in line for line in effect_lines([effect]))

@@ -67,9 +67,15 @@ class VariantEffect(BaseModel):
         if self.expected is None:
             return None
         if self.expected == "none":
-            return self.verdict is EffectVerdict.NO_EFFECT
+            # Undecided is neither: noise wide enough to hide an effect proves no effect and no move.
+            return True if self.verdict is EffectVerdict.NO_EFFECT else False if self.verdict.moved else None
         way = "higher" if self.ratio > 1 else "lower"
         return self.verdict.moved and way == self.expected
+
+    @property
+    def expectation_undecided(self) -> bool:
+        """ "none" was expected and the test decided nothing (more rounds would): not a failure, not a pass."""
+        return self.expected == "none" and self.expectation_met is None
 
     def interval(self) -> str:
         return f"[{self.ci_low - 1:+.1%}, {self.ci_high - 1:+.1%}]"
@@ -94,4 +100,6 @@ class VariantEffect(BaseModel):
                 said += f"; expected no effect, but it is {self.verdict.value} at {level} {evidence}"
             else:
                 said += f"; expected {self.metric} {self.expected}, not detected at {level} {evidence}"
+        elif self.expectation_undecided:
+            said += "; expected no effect: not decided either way (more rounds)"
         return said

@@ -322,6 +322,9 @@ class VariantEffectItem(SglperfItem):
         failed += [f"{where}: {metric} expected {wanted[metric]}, but not measured on both" for metric in unmeasured]
         if failed:
             raise ItemFailure("\n".join(failed))
+        undecided = [e.line() for e in effects if e.expectation_undecided]
+        if undecided:
+            raise _skip("not judged: " + "\n".join(undecided))
 
 
 def _decode_batches(record: MeasurementRecord) -> str:

@@ -47,7 +47,15 @@ def effect_lines(effects: Sequence[VariantEffect]) -> list[str]:
         for e in shown:
             met = e.expectation_met
             missed = "; EXPECTED NO EFFECT" if e.expected == "none" else f"; EXPECTED {e.expected}, NOT DETECTED"
-            expectation = "" if met is None else "; as expected" if met else missed
+            expectation = (
+                "; EXPECTED NO EFFECT: NOT DECIDED"
+                if e.expectation_undecided
+                else ""
+                if met is None
+                else "; as expected"
+                if met
+                else missed
+            )
             lines.append(f"  {e.metric}: {e.describe()}{expectation}")
         rest = [e for e in group if e not in shown]
         counts = {v: sum(e.verdict is v for e in rest) for v in EffectVerdict}
