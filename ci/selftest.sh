@@ -10,6 +10,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash ci/setup.sh 0.5.23 0.5.13 0.5.19 0.5.20
+# A PostgreSQL server for the history-store tests (they start their own cluster with its binaries): only
+# these tests need it, so the main job (ci/preflight.sh, through ci/setup.sh) does not install it.
+if ! command -v initdb >/dev/null && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+  if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null) \
+      || echo "selftest: could not install postgresql; the PostgreSQL history-store tests will skip" >&2
+  else
+    echo "selftest: PostgreSQL is not installed; the PostgreSQL history-store tests will skip" >&2
+  fi
+fi
 .venv/bin/ruff check src tests bench examples ci conftest.py docs/hooks.py
 .venv/bin/ruff format --check src tests bench examples ci conftest.py docs/hooks.py
 .venv/bin/mypy

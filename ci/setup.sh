@@ -2,6 +2,7 @@
 # Set up sglperf on a fresh machine: the harness in .venv, plus managed SGLang environments for
 # the releases given as arguments (each: a venv with that release's light pins; torch shared).
 # Idempotent: a warm machine re-uses everything (environments live in ~/.cache/sglperf).
+# Nothing here needs root: PostgreSQL, which only sglperf's own tests use, is installed by ci/selftest.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -25,15 +26,6 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; then
     .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]' 2> >(grep -v "^WARNING: Location" >&2)
   fi
   echo "$wanted" > "$stamp"
-fi
-# A PostgreSQL server for the history-store tests (they start their own cluster with its binaries).
-if ! command -v initdb >/dev/null && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
-  if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
-    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null) \
-      || echo "setup: could not install postgresql; the PostgreSQL history-store tests will skip" >&2
-  else
-    echo "setup: PostgreSQL is not installed; the PostgreSQL history-store tests will skip" >&2
-  fi
 fi
 for version in "$@"; do
   .venv/bin/sglperf env build "$version" >/dev/null

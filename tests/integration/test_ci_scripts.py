@@ -41,3 +41,15 @@ def test_scripts_are_valid_bash_and_call_existing_commands(script: Path) -> None
     for call in re.findall(r"\.venv/bin/pytest((?:[^\n]*\\\n)*[^\n]*)", text):
         for option in re.findall(r"(?<![\w$-])(--[a-z][a-z0-9-]*)", call):
             assert option in known, f"{script.name}: pytest has no option {option}"
+
+
+def test_postgresql_is_installed_by_the_test_set_up_not_by_the_main_job() -> None:
+    # The main job (ci/preflight.sh, through ci/setup.sh) never touches PostgreSQL: only sglperf's own
+    # history-store tests need it, and an apt-get there costs every user's first run (issue 41).
+    for name in ("setup.sh", "preflight.sh"):
+        text = (ROOT / "ci" / name).read_text().lower()
+        assert "apt-get" not in text and "install -y -qq postgresql" not in text, name
+    selftest = (ROOT / "ci" / "selftest.sh").read_text()
+    install = selftest.index("apt-get install -y -qq postgresql")
+    assert install < selftest.index("exec .venv/bin/pytest"), "PostgreSQL must be installed before the tests run"
+    assert selftest.count("the PostgreSQL history-store tests will skip") == 2  # no root, or the install failed

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -376,7 +377,71 @@ def test_light_requirements_go_through_uv_with_excludes_and_pip_when_uv_fails(
     assert calls[0][-1] == "transformers==5.19.0"
     assert (env.path / "uv-excludes.txt").read_text() == "torch\n"
     if uv_fails:
-        assert calls[1] == [str(env.python), "-m", "pip", "install", "-q", "transformers==5.19.0"]
-        assert said == ["  uv could not install them (error: no index could be reached); installing them with pip"]
+        pip = [sys.executable, "-m", "pip", "--python", str(env.python), "install", "-q", "transformers==5.19.0"]
+        assert calls[1] == pip
+        assert said == ["  uv could not install them (error: no index could be reached); building the rest with pip"]
     else:
         assert len(calls) == 1
+
+
+def _build_with_fake_installers(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, uv: str | None, failing: str | None
+) -> tuple[list[str], list[str], envs.SGLangEnv]:
+    """``envs._build`` of a release, each command recorded instead of run; the step named ``failing`` fails."""
+    monkeypatch.setenv("SGLPERF_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(envs, "uv_executable", lambda: uv)
+    env = envs.env_for("0.5.23")
+    commands: list[str] = []
+
+    def run(cmd: list[str], step: str, progress: progress.Progress) -> None:
+        commands.append(" ".join(cmd))
+        if step == failing:
+            raise envs.EnvBuildError(f"{step} failed (exit 2):\nerror: uv refused")
+        if "venv" in cmd:
+            (Path(cmd[-1]) / "lib" / "python3.11" / "site-packages").mkdir(parents=True)
+
+    monkeypatch.setattr(envs, "_run", run)
+    wheel = tmp_path / "sglang-0.5.23-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr("sglang-0.5.23.dist-info/METADATA", METADATA)
+    torch_site = tmp_path / "torch-site"
+    torch_site.mkdir()
+    said: list[str] = []
+    envs._build(env, wheel, torch_site, said.append)
+    return commands, said, env
+
+
+def test_a_build_with_uv_makes_the_venv_and_installs_the_wheel_with_uv(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    commands, said, env = _build_with_fake_installers(monkeypatch, tmp_path, "/bin/uv", None)
+    assert commands[0] == f"/bin/uv venv -q --python {sys.executable} {env.path}"
+    assert commands[1].startswith("/bin/uv pip install -q --no-deps --python ")
+    assert commands[2].startswith("/bin/uv pip install -q --python ") and "--excludes" in commands[2]
+    assert len(commands) == 3 and not any("uv could not" in line for line in said)
+    assert env.ready
+
+
+def test_a_build_without_uv_is_all_pip(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    commands, said, env = _build_with_fake_installers(monkeypatch, tmp_path, None, None)
+    pip = f"{sys.executable} -m pip --python {env.python} install -q"
+    assert commands == [
+        f"{sys.executable} -m venv {env.path}",
+        f"{pip} --no-deps {tmp_path / 'sglang-0.5.23-py3-none-any.whl'}",
+        f"{pip} {' '.join(envs.light_requirements(METADATA))}",
+    ]
+    assert not any("uv" in line for line in said)
+
+
+@pytest.mark.parametrize("failing", ["create venv (uv)", "install sglang wheel (uv)"])
+def test_once_uv_fails_the_rest_of_the_build_is_pip_with_one_line_saying_why(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, failing: str
+) -> None:
+    commands, said, env = _build_with_fake_installers(monkeypatch, tmp_path, "/bin/uv", failing)
+    failed_at = max(i for i, cmd in enumerate(commands) if cmd.startswith("/bin/uv"))
+    after = commands[failed_at + 1 :]
+    assert after and not any(cmd.startswith("/bin/uv") for cmd in after), commands  # uv is tried once, not again
+    assert after[-1].startswith(f"{sys.executable} -m pip --python {env.python} install -q ")
+    fell_back = [line for line in said if "uv could not" in line]
+    assert len(fell_back) == 1 and fell_back[0].endswith("(error: uv refused); building the rest with pip")
+    assert env.ready

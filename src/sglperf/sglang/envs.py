@@ -200,8 +200,10 @@ def ensure_torch_env(progress: Progress) -> Path:
         if not marker.is_file():
             progress(f"building shared torch environment {venv} (about a minute)")
             _remove_ours(venv)
-            _run([sys.executable, "-m", "venv", str(venv)], "create venv", progress)
-            _run([str(venv / "bin" / "pip"), "install", "-q", *TORCH_SPEC], "install torch", progress)
+            _create_venv(venv, uv_executable(), progress)
+            # pip, not uv: pip reads this machine's configuration (a cap on torch, its wheels on local disk);
+            # uv reads none of it and downloads a CUDA build of about 3 GB (docs/benchmarks.md, first run).
+            _pip_install(venv / "bin" / "python", [*TORCH_SPEC], "install torch", progress)
             marker.write_text("ok\n")
     return _site_packages(venv)
 
@@ -282,11 +284,35 @@ def torch_env_gpu_only(torch_site: Path) -> list[str]:
     return sorted(name for name in set(names) if is_gpu_only(name))
 
 
+def _pip_install(python: Path, args: list[str], step: str, progress: Progress) -> None:
+    # pip from outside the venv: one that uv made has no pip of its own.
+    _run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", *args], step, progress)
+
+
+def _uv_failed(exc: EnvBuildError, what: str, progress: Progress) -> None:
+    """The one line saying why the rest of this build goes through pip."""
+    progress(f"  uv could not {what} ({str(exc).splitlines()[-1]}); building the rest with pip")
+
+
+def _create_venv(path: Path, uv: str | None, progress: Progress) -> str | None:
+    """A venv at ``path`` for this Python: ``uv venv`` (no pip inside: the build installs from outside), else
+    ``python -m venv``, which spends 3-4 s installing pip. Returns uv, or None once uv has failed."""
+    if uv is not None:
+        try:
+            _run([uv, "venv", "-q", "--python", sys.executable, str(path)], "create venv (uv)", progress)
+            return uv
+        except EnvBuildError as exc:
+            _uv_failed(exc, "create the venv", progress)
+            _remove_ours(path)
+    _run([sys.executable, "-m", "venv", str(path)], "create venv", progress)
+    return None
+
+
 def install_light(
     env: SGLangEnv, requirements: list[str], torch_site: Path, uv: str | None, progress: Progress
-) -> None:
+) -> str | None:
     """The release's light requirements, with uv where it runs (about 6 s where pip took 60-75 s per release,
-    bench/env_build.py), else pip.
+    bench/env_build.py), else pip. Returns uv, or None once uv has failed.
 
     pip sees the shared torch through the environment's .pth and leaves it be; uv reads only the
     environment's own site-packages, so the torch environment's GPU-only distributions are excluded from
@@ -298,21 +324,36 @@ def install_light(
         uv_cmd = [uv, "pip", "install", "-q", "--python", str(env.python), "--excludes", str(excludes)]
         try:
             _run([*uv_cmd, *requirements], "install light requirements (uv)", progress)
-            return
+            return uv
         except EnvBuildError as exc:
-            progress(f"  uv could not install them ({str(exc).splitlines()[-1]}); installing them with pip")
-    _run([str(env.python), "-m", "pip", "install", "-q", *requirements], "install light requirements", progress)
+            _uv_failed(exc, "install them", progress)
+    _pip_install(env.python, requirements, "install light requirements", progress)
+    return None
+
+
+def install_wheel(env: SGLangEnv, wheel: Path, uv: str | None, progress: Progress) -> str | None:
+    """The release's own wheel, ``--no-deps``: uv takes about 1 s where pip took 10 s (it compiles every
+    module; docs/benchmarks.md, first run). Returns uv, or None once uv has failed."""
+    if uv is not None:
+        try:
+            cmd = [uv, "pip", "install", "-q", "--no-deps", "--python", str(env.python), str(wheel)]
+            _run(cmd, "install sglang wheel (uv)", progress)
+            return uv
+        except EnvBuildError as exc:
+            _uv_failed(exc, "install the wheel", progress)
+    _pip_install(env.python, ["--no-deps", str(wheel)], "install sglang wheel", progress)
+    return None
 
 
 def _build(env: SGLangEnv, wheel: Path, torch_site: Path, progress: Progress) -> None:
-    _run([sys.executable, "-m", "venv", str(env.path)], "create venv", progress)
+    uv = _create_venv(env.path, uv_executable(), progress)
     (_site_packages(env.path) / "zz_sglperf_torch.pth").write_text(f"{torch_site}\n")
     with zipfile.ZipFile(wheel) as zf:
         meta_name = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
         requirements = light_requirements(zf.read(meta_name).decode())
-    _run([str(env.python), "-m", "pip", "install", "-q", "--no-deps", str(wheel)], "install sglang wheel", progress)
+    uv = install_wheel(env, wheel, uv, progress)
     progress(f"  installing {len(requirements)} light requirements at SGLang {env.version}'s pins")
-    install_light(env, requirements, torch_site, uv_executable(), progress)
+    install_light(env, requirements, torch_site, uv, progress)
     (env.path / ".sglperf-ready").write_text(_recipe_digest(env.version) + "\n")
 
 
