@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Sequence
 from itertools import groupby
 from pathlib import Path
@@ -13,8 +15,8 @@ from sglperf.baselines.changepoint import Drift
 from sglperf.baselines.variant_effects import variant_effects
 from sglperf.history.results_folder import RunResults
 from sglperf.model.files import confined
-from sglperf.model.measurement import MeasurementRecord
-from sglperf.model.metrics import describe_change, unit_of
+from sglperf.model.measurement import MeasurementRecord, MetricComparison
+from sglperf.model.metrics import METRICS, Direction, describe_change, unit_of
 from sglperf.model.variant_effect import EffectVerdict, VariantEffect
 from sglperf.reporting.history import Point, RunHistory
 
@@ -29,6 +31,106 @@ def _agg() -> None:
 
 
 OUTCOME_COLOUR = {"regression": "#c0392b", "improvement": "#1e8449", "unchanged": "#555555", "insufficient": "#b9770e"}
+# The pass/fail word beside a samples panel's title: INSUFFICIENT never counts as a pass (MetricOutcome.fails).
+OUTCOME_MARK = {"regression": "FAIL", "insufficient": "FAIL", "unchanged": "ok", "improvement": "better"}
+EMULATOR_TAG = "[EMULATOR: test double, not GPU results]"
+BASELINE_COLOUR = "#2e86c1"
+BAND_COLOUR = "#d6eaf8"
+BEYOND_FLOOR_WORSE = "beyond the floor, worse"
+BEYOND_FLOOR_BETTER = "beyond the floor, better"
+BEYOND_STYLE: dict[str, dict[str, Any]] = {
+    BEYOND_FLOOR_WORSE: {"marker": "X", "markersize": 9, "color": OUTCOME_COLOUR["regression"]},
+    BEYOND_FLOOR_BETTER: {"marker": "^", "markersize": 8, "color": OUTCOME_COLOUR["improvement"]},
+}
+BASELINE_LINE: dict[str, Any] = {"color": BASELINE_COLOUR, "linestyle": "--", "linewidth": 1.2}
+# A panel of 4.2 x 3.2 in at 110 dpi: three to a row are 1386 px, what a laptop's markdown viewer shows
+# whole (issue 41: six panels in one row were a 2112 x 396 px strip).
+PANEL_WIDTH, PANEL_HEIGHT, DPI = 4.2, 3.2, 110
+MIN_WIDTH = 6.0  # room for the figure's title above one or two panels
+DEFAULT_FLOOR = 0.05  # for a metric the table does not know
+MAX_DATE_TICKS = 8
+
+
+def _grid(panels: int) -> tuple[int, int]:
+    """(rows, columns): two to a row up to four panels, then three."""
+    columns = 1 if panels <= 1 else 2 if panels <= 4 else 3
+    return max(1, math.ceil(panels / columns)), columns
+
+
+def _panels(plt: Any, panels: int, title: str) -> tuple[Any, list[Any]]:
+    rows, columns = _grid(panels)
+    fig, axes = plt.subplots(
+        rows,
+        columns,
+        figsize=(max(MIN_WIDTH, PANEL_WIDTH * columns), PANEL_HEIGHT * rows + 0.9),
+        squeeze=False,
+        layout="constrained",
+    )
+    flat = list(axes.flat)
+    for spare in flat[panels:]:
+        fig.delaxes(spare)
+    fig.suptitle(title, fontsize=11)
+    return fig, flat[:panels]
+
+
+def _save(plt: Any, fig: Any, path: Path, handles: Sequence[Any]) -> Path:
+    if handles:
+        fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 4), fontsize=8, frameon=False)
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return path
+
+
+def _floor(metric: str, record: MeasurementRecord, comparison: MetricComparison | None) -> float:
+    """The relative floor a change of ``metric`` must pass to count: the comparison's own, else the
+    workload's, else the metric table's."""
+    if comparison is not None:
+        return comparison.threshold
+    known = METRICS.get(metric)
+    return record.floors.get(metric, known.default_threshold if known else DEFAULT_FLOOR)
+
+
+def _band(metric: str, baseline: float, floor: float) -> tuple[float, float]:
+    """The values no verdict counts as a change of ``baseline``: the floor on the worse side and its
+    mirror in log space on the better side, as `baselines.stats` decides."""
+    direction = METRICS[metric].direction if metric in METRICS else None
+    if direction is Direction.LOWER_IS_BETTER:
+        return baseline / (1 + floor), baseline * (1 + floor)
+    if direction is Direction.HIGHER_IS_BETTER and floor < 1:
+        return baseline * (1 - floor), baseline / (1 - floor)
+    return baseline * (1 - floor), baseline * (1 + floor)
+
+
+def _draw_baseline(ax: Any, comparison: MetricComparison) -> tuple[float, float]:
+    low, high = _band(comparison.metric, comparison.baseline_median, comparison.threshold)
+    ax.axhspan(low, high, color=BAND_COLOUR, alpha=0.8, linewidth=0, zorder=0)
+    ax.axhline(comparison.baseline_median, zorder=1, **BASELINE_LINE)
+    return low, high
+
+
+def _keep_scale(ax: Any, values: Sequence[float], floor: float) -> None:
+    """A y range of at least the floor either side of the data's centre: autoscaled, a 0.16% move of
+    a quiet metric fills the panel and reads as a collapse."""
+    if not values:
+        return
+    low, high = ax.get_ylim()
+    centre = (min(values) + max(values)) / 2
+    half = abs(centre) * floor
+    low, high = min(low, centre - half), max(high, centre + half)
+    if high > low:
+        ax.set_ylim(low, high)
+    ax.ticklabel_format(axis="y", useOffset=False)
+
+
+def _legend_handles(lines: Sequence[tuple[str, dict[str, Any]]], band: bool) -> list[Any]:
+    """Legend entries for ``lines`` (label, Line2D style), then the floor band's when one is drawn."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    handles: list[Any] = [Line2D([], [], label=label, **style) for label, style in lines]
+    if band:
+        handles.append(Patch(color=BAND_COLOUR, label="floor band: a change inside it does not count"))
+    return handles
 
 
 def _strip(ax: Any, x: float, values: Sequence[float], colour: str, rng: np.random.Generator) -> None:
@@ -40,61 +142,140 @@ def _strip(ax: Any, x: float, values: Sequence[float], colour: str, rng: np.rand
 
 
 def samples_figure(record: MeasurementRecord, path: Path) -> Path:
+    """Per metric, the baseline's and this run's samples, the baseline median and the band a change must
+    leave to count, and the verdict: FAIL, ok or better."""
     _agg()
     import matplotlib.pyplot as plt
 
     metrics = sorted(record.samples)
     comparisons = {c.metric: c for c in record.comparisons}
     baseline = record.baseline_samples
-    fig, axes = plt.subplots(1, max(1, len(metrics)), figsize=(3.2 * max(1, len(metrics)), 3.6), squeeze=False)
+    tag = f"\n{EMULATOR_TAG}" if record.emulated else ""
+    fig, axes = _panels(
+        plt, len(metrics), f"{record.deployment} / {record.variant} / {record.workload} {record.load.tag}{tag}"
+    )
     rng = np.random.default_rng(0)
-    for ax, metric in zip(axes[0], metrics):
+    for ax, metric in zip(axes, metrics):
         comparison = comparisons.get(metric)
         outcome = comparison.outcome.value if comparison else "no baseline"
-        _strip(ax, 0, baseline.get(metric, []), "#2e86c1", rng)
-        _strip(ax, 1, record.samples[metric], OUTCOME_COLOUR.get(outcome, "#555555"), rng)
+        colour = OUTCOME_COLOUR.get(outcome, "#555555")
+        if comparison is not None:
+            _draw_baseline(ax, comparison)
+        _strip(ax, 0, baseline.get(metric, []), BASELINE_COLOUR, rng)
+        _strip(ax, 1, record.samples[metric], colour, rng)
         ax.set_xticks([0, 1], ["baseline", "current"])
         ax.set_xlim(-0.6, 1.6)
         change = describe_change(metric, comparison.baseline_median, comparison.current_median) if comparison else None
-        title = f"{metric}\n{outcome}" + (f", {change}" if change is not None else "")
-        ax.set_title(title, fontsize=10, color=OUTCOME_COLOUR.get(outcome, "black"))
+        ax.set_title(f"{metric}\n{outcome}" + (f", {change}" if change is not None else ""), fontsize=10, color=colour)
+        ax.set_title(OUTCOME_MARK.get(outcome, ""), loc="left", fontsize=11, fontweight="bold", color=colour)
+        if comparison is not None and comparison.outcome.fails:
+            for spine in ax.spines.values():
+                spine.set_color(colour)
+                spine.set_linewidth(1.6)
         ax.set_ylabel(unit_of(metric))
         ax.grid(axis="y", alpha=0.3)
-    tag = " [EMULATOR: test double, not GPU results]" if record.emulated else ""
-    fig.suptitle(f"{record.deployment} / {record.variant} / {record.workload} {record.load.tag}{tag}", fontsize=11)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+        _keep_scale(ax, [*baseline.get(metric, []), *record.samples[metric]], _floor(metric, record, comparison))
+    if not record.comparisons:
+        return _save(plt, fig, path, [])
+    return _save(plt, fig, path, _legend_handles([("baseline median", BASELINE_LINE)], band=True))
 
 
-def history_figure(key: str, points: Sequence[Point], path: Path, emulated: bool, drifts: Sequence[Drift] = ()) -> Path:
-    """Each metric's median per night; a drift still going on is marked from the night it started."""
+_LABEL = re.compile(r"(\d{4})-(\d{2})-(\d{2})[ T](\d{2}:\d{2})")
+
+
+def _short_labels(labels: Sequence[str]) -> list[str]:
+    """Run labels ("2026-01-05 03:00 (20260105T030000Z-ab12cd34)") as short dates: "Jan 05", with the
+    time where two runs share a day, with the year where the runs span two; a label of another form is
+    cut to 12 characters."""
+    parsed = [_LABEL.match(label) for label in labels]
+    if not all(parsed):
+        return [label[:12] for label in labels]
+    found = [m for m in parsed if m is not None]
+    days = [m.group(1, 2, 3) for m in found]
+    with_time = len(set(days)) < len(days)
+    with_year = len({d[0] for d in days}) > 1
+    short = []
+    for m in found:
+        year, month, day, time = m.groups()
+        date = f"{year}-{month}-{day}" if with_year else f"{_MONTHS[int(month) - 1]} {day}"
+        short.append(f"{date} {time}" if with_time and not with_year else date)
+    return short
+
+
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+
+
+def _date_ticks(count: int) -> list[int]:
+    """At most MAX_DATE_TICKS run indices, evenly spaced back from the last (this run)."""
+    step = max(1, math.ceil(count / MAX_DATE_TICKS))
+    return list(range(count - 1, -1, -step))[::-1]
+
+
+def _beyond(metric: str, value: float, band: tuple[float, float]) -> str | None:
+    direction = METRICS[metric].direction if metric in METRICS else None
+    if direction is None or band[0] <= value <= band[1]:
+        return None
+    worse = (value < band[0]) == (direction is Direction.HIGHER_IS_BETTER)
+    return BEYOND_FLOOR_WORSE if worse else BEYOND_FLOOR_BETTER
+
+
+def history_figure(
+    record: MeasurementRecord, points: Sequence[Point], path: Path, drifts: Sequence[Drift] = ()
+) -> Path:
+    """Each metric's median per run, against ``record``'s baseline median and floor band where it was
+    compared; runs beyond the band are marked, and a drift still going on from the run it started.
+
+    The history keeps no verdict per run and metric, so the marks say where each run's median lies
+    against this run's baseline, not how it was judged that night (its baseline may have been another)."""
     _agg()
     import matplotlib.pyplot as plt
 
     metrics = sorted({m for _, medians in points for m in medians})
     drifting = {d.metric: d for d in drifts}
-    fig, axes = plt.subplots(1, len(metrics), figsize=(3.4 * len(metrics), 3.4), squeeze=False)
-    labels = [run for run, _ in points]
-    for ax, metric in zip(axes[0], metrics):
+    comparisons = {c.metric: c for c in record.comparisons}
+    tag = f"\n{EMULATOR_TAG}" if record.emulated else ""
+    fig, axes = _panels(plt, len(metrics), f"history: {record.key}{tag}")
+    labels = _short_labels([run for run, _ in points])
+    ticks = _date_ticks(len(points))
+    marked: set[str] = set()
+    for ax, metric in zip(axes, metrics):
         xs = [i for i, (_, medians) in enumerate(points) if metric in medians]
-        ax.plot(xs, [points[i][1][metric] for i in xs], marker="o", color="#2e86c1")
-        ax.set_xticks(range(len(labels)), labels, rotation=30, ha="right", fontsize=6)
-        title = f"{metric} (median)"
+        ys = [points[i][1][metric] for i in xs]
+        ax.plot(xs, ys, marker="o", markersize=4, color=BASELINE_COLOUR, linewidth=1.2, zorder=2)
+        comparison = comparisons.get(metric)
+        if comparison is not None:
+            band = _draw_baseline(ax, comparison)
+            beyond = [(x, y, _beyond(metric, y, band)) for x, y in zip(xs, ys)]
+            for label, style in BEYOND_STYLE.items():
+                hits = [(x, y) for x, y, kind in beyond if kind == label]
+                if hits:
+                    marked.add(label)
+                    hx, hy = zip(*hits)
+                    ax.plot(hx, hy, linestyle="none", label=label, zorder=3, **style)
+        shown = [labels[i] for i in ticks]
+        if max(map(len, shown), default=0) > 6:  # longer than "Jan 05": slanted, or neighbours touch
+            ax.set_xticks(ticks, shown, fontsize=8, rotation=30, ha="right", rotation_mode="anchor")
+        else:
+            ax.set_xticks(ticks, shown, fontsize=8)
+        ax.set_xlim(-0.5, len(points) - 0.5)
+        title = f"{metric} (median per run)"
         if metric in drifting:
             d = drifting[metric]
             ax.axvline(d.start - 0.5, color="#c0392b", linestyle="--", linewidth=1.2)
-            ax.axvspan(d.start - 0.5, len(labels) - 0.5, color="#c0392b", alpha=0.08)
-            title += f"\ndrifting since {d.start_label} ({d.change:+.1%})"
+            ax.axvspan(d.start - 0.5, len(points) - 0.5, color="#c0392b", alpha=0.08)
+            since = _short_labels([d.start_label])[0]
+            title += f"\ndrifting since {since}, {describe_change(metric, 1.0, 1.0 + d.change)}"
         ax.set_title(title, fontsize=10, color="#c0392b" if metric in drifting else "black")
         ax.set_ylabel(unit_of(metric))
         ax.grid(alpha=0.3)
-    fig.suptitle(f"history: {key}" + (" [EMULATOR]" if emulated else ""), fontsize=11)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+        _keep_scale(ax, ys, _floor(metric, record, comparison))
+    lines: list[tuple[str, dict[str, Any]]] = [
+        ("median per run (the last: this run)", {"color": BASELINE_COLOUR, "marker": "o", "markersize": 4})
+    ]
+    if comparisons:
+        lines.append(("this run's baseline median", BASELINE_LINE))
+    lines += [(label, {**BEYOND_STYLE[label], "linestyle": "none"}) for label in BEYOND_STYLE if label in marked]
+    return _save(plt, fig, path, _legend_handles(lines, band=bool(comparisons)))
 
 
 EFFECT_COLOUR = {
@@ -158,7 +339,7 @@ def draw(run: RunResults, out_dir: Path, past: RunHistory | None = None) -> dict
         if len(points) >= 2:
             path = confined(out_dir, f"{key}-history.png")
             drifts = past.drifts.get(key, []) if past else []
-            made[key].append(history_figure(key, points, path, record.emulated, drifts))
+            made[key].append(history_figure(record, points, path, drifts))
     effects = sorted(variant_effects(run.measurements), key=effect_plot_name)
     for name, group in groupby(effects, key=effect_plot_name):
         made[name] = [effects_figure(list(group), confined(out_dir, f"{name}.png"), run.emulated)]
