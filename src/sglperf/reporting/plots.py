@@ -180,6 +180,9 @@ def samples_figure(record: MeasurementRecord, path: Path) -> Path:
     return _save(plt, fig, path, _legend_handles([("baseline median", BASELINE_LINE)], band=True))
 
 
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+
+
 _LABEL = re.compile(r"(\d{4})-(\d{2})-(\d{2})[ T](\d{2}:\d{2})")
 
 
@@ -200,9 +203,6 @@ def _short_labels(labels: Sequence[str]) -> list[str]:
         date = f"{year}-{month}-{day}" if with_year else f"{_MONTHS[int(month) - 1]} {day}"
         short.append(f"{date} {time}" if with_time and not with_year else date)
     return short
-
-
-_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 
 
 def _date_ticks(count: int) -> list[int]:
