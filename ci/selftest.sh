@@ -20,6 +20,16 @@ if ! command -v initdb >/dev/null && ! ls /usr/lib/postgresql/*/bin/initdb >/dev
     echo "selftest: PostgreSQL is not installed; the PostgreSQL history-store tests will skip" >&2
   fi
 fi
+# Headless Chromium for the docs site as a reader's browser shows it (tests/integration/test_docs_site.py
+# drives Debian's package through playwright; Playwright's own browser download does not work here).
+if [ ! -x /usr/bin/chromium ]; then
+  if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+      || echo "selftest: could not install chromium; the docs site test will skip" >&2
+  else
+    echo "selftest: chromium is not installed; the docs site test will skip" >&2
+  fi
+fi
 .venv/bin/ruff check src tests bench examples ci conftest.py docs/hooks.py
 .venv/bin/ruff format --check src tests bench examples ci conftest.py docs/hooks.py
 .venv/bin/mypy

@@ -9,6 +9,13 @@ which is what a real release's parser picks from.
 
 The page's hand-written notes must name exactly the intents the code has: a new intent without a note,
 or a note about a removed one, fails the build.
+
+And on every page, a table cell's code span may break a line only between words: the browser would
+otherwise split `prefill_cuda_graph` anywhere to fit its column (docs/stylesheets/extra.css forbids that),
+and an identifier has no place of its own to break; a `<wbr>` after each '_', '/' and a module path's '.'
+gives it some. The first cell of a row names the row (an intent, a metric) and stays whole. An option
+('--quick') is kept whole with its dashes: a span that holds several is split into one per option. The
+text read, searched or copied is unchanged.
 """
 
 from __future__ import annotations
@@ -31,6 +38,12 @@ PAGE = "intents.md"
 METRICS_MARKER = "<!-- metrics-table -->"
 METRICS_PAGE = "measurement.md"
 NOTE = re.compile(r"^- \*\*`([a-z_]+)`\*\*", re.M)
+TABLE_ROW = re.compile(r"<tr\b[^>]*>.*?</tr>", re.S)
+TABLE_CELL = re.compile(r"<t([dh])\b[^>]*>.*?</t\1>", re.S)
+INLINE_CODE = re.compile(r"<code>([^<]*)</code>([,;:)]?)")
+OPTION = re.compile(r" (?=\[?-)")  # before each option of an argv, optional ones ('[-k expr]') too
+# After '_' or '/', or a '.' before a letter (`sglperf.testing`, not `0.5.23`); never at a span's end.
+WORD_BREAK = re.compile(r"(?:[_/]|\.(?=[A-Za-z]))(?=[^_/.])")
 # An architecture on the parser's own allow-list: the intents that depend on one take their first choice.
 ARCHITECTURE = ("AnyArchitectureForCausalLM",)
 # Placeholders for the one intent whose value is a setting, not on/off.
@@ -148,3 +161,34 @@ def on_page_markdown(markdown: str, /, *, page: Page, config: MkDocsConfig, file
             f"(missing: {sorted(missing) or 'none'}; not an intent: {sorted(unknown) or 'none'})"
         )
     return markdown.replace(MARKER, intents_table())
+
+
+def _table_code(code: re.Match[str], *, names_row: bool) -> str:
+    """A table cell's code span, and the punctuation after it, drawn to break only between words."""
+    text, after = code.group(1), code.group(2)
+    if not names_row:
+        text = WORD_BREAK.sub(lambda m: m.group(0) + "<wbr>", text)
+    # Each option of an argv on its own, kept whole with its dashes (extra.css: a .flag is an inline
+    # block, so a line never ends on "--"); the punctuation after the span stays on its last line.
+    chunks = OPTION.split(text)
+    drawn = [f"<code>{chunk}</code>" for chunk in chunks]
+    drawn[-1] += after
+    flags = [chunk.lstrip("[").startswith("-") for chunk in chunks]
+    return " ".join(f'<span class="flag">{d}</span>' if flag else d for flag, d in zip(flags, drawn, strict=True))
+
+
+def _row(row: re.Match[str]) -> str:
+    text = row.group(0)
+    first = TABLE_CELL.search(text)
+    if first is None:
+        return text
+    head = INLINE_CODE.sub(lambda code: _table_code(code, names_row=True), text[: first.end()])
+    rest = TABLE_CELL.sub(
+        lambda cell: INLINE_CODE.sub(lambda code: _table_code(code, names_row=False), cell.group(0)),
+        text[first.end() :],
+    )
+    return head + rest
+
+
+def on_page_content(html: str, /, *, page: Page, config: MkDocsConfig, files: Files) -> str:
+    return TABLE_ROW.sub(_row, html)
