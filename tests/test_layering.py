@@ -22,6 +22,7 @@ LAYERS = {
     "baselines": 4,  # store, statistics, one measurement against its baseline
     "history": 5,  # results folders read back, the run-history store, streaks and comparisons
     "upgrade": 5,  # two releases side by side
+    "scaffold": 5,  # `sglperf init`: a first deployment file from what can be read
     "reporting": 6,  # table, markdown, plots
     "session": 7,  # one run's state
     "plugin": 8,  # pytest, a thin layer

@@ -351,6 +351,32 @@ def cmd_env(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_init(args: argparse.Namespace) -> int:
+    """A first deployment file, from a model folder's config.json and the runner's GPUs."""
+    from sglperf import scaffold
+
+    request = scaffold.InitRequest(
+        model=Path(args.model),
+        root=Path(args.dir),
+        key=args.key,
+        served_path=args.served_path,
+        gpu_count=args.gpus,
+        gpu_name=args.gpu_name,
+        memory_gib=args.memory_gib,
+        compute_capability=args.compute_capability,
+        runner_name=args.runner_name,
+        tp_size=args.tp,
+        draft=Path(args.draft) if args.draft else None,
+        draft_served_path=args.draft_served_path,
+    )
+    # Asked for at a terminal; in a script, a missing fact is one line naming the flags.
+    ask = input if sys.stdin.isatty() and not args.no_input else None
+    result = scaffold.init(request, ask)
+    for line in scaffold.summary(result, request.root, envs.NEWEST_CHECKED):
+        _say(line)
+    return 0
+
+
 def cmd_shm(args: argparse.Namespace) -> int:
     """The server ledger: what servers map in /dev/shm and the processes they started, and the sweep
     that every launch runs."""
@@ -474,6 +500,26 @@ def build_parser() -> argparse.ArgumentParser:
         "AVX-512), or with no native kernel (torch-native: SGLang's torch fallbacks, any x86-64 CPU)",
     )
     p.set_defaults(func=cmd_env)
+
+    p = sub.add_parser(
+        "init",
+        help="write a first deployment file (and its model config, prompts, pytest.ini, .gitignore lines) from a "
+        "model folder's config.json and the runner's GPUs",
+    )
+    p.add_argument("model", help="the model's folder (holding config.json), or its config.json")
+    p.add_argument("--dir", default=".", help="the repository to write into (default: here)")
+    p.add_argument("--key", help="the deployment's name (default: from the model folder's name)")
+    p.add_argument("--served-path", help="the checkpoint's path on the runner (default: the model folder given)")
+    p.add_argument("--gpus", type=int, help="the runner's GPU count (default: this machine's, read through NVML)")
+    p.add_argument("--gpu-name", help='as nvidia-smi prints it, e.g. "NVIDIA L40S"')
+    p.add_argument("--memory-gib", type=float, help="memory per GPU, GiB")
+    p.add_argument("--compute-capability", help="e.g. 8.9")
+    p.add_argument("--runner-name", help="the runner's name in the file (default: from its GPUs, e.g. 1xl40s)")
+    p.add_argument("--tp", type=int, help="tensor-parallel size (default: the fewest GPUs that hold the weights)")
+    p.add_argument("--draft", help="a draft model's folder or config.json (EAGLE, EAGLE3, a small model)")
+    p.add_argument("--draft-served-path", help="the draft checkpoint's path on the runner (default: --draft's folder)")
+    p.add_argument("--no-input", action="store_true", help="never ask: a fact left unknown is an error")
+    p.set_defaults(func=cmd_init)
 
     p = sub.add_parser(
         "shm",

@@ -50,6 +50,7 @@ class GPU:
     name: str
     memory_gib: float
     uuid: str = ""
+    compute_capability: str = ""  # "8.9"; empty where the source does not say (nvidia-smi, a simulation)
 
 
 @dataclass(frozen=True)
@@ -154,7 +155,8 @@ def _from_nvml() -> list[GPU] | None:
         for i in range(nvml.nvmlDeviceGetCount()):
             handle = nvml.nvmlDeviceGetHandleByIndex(i)
             memory = nvml.nvmlDeviceGetMemoryInfo(handle).total / GIB
-            gpus.append(GPU(i, _text(nvml.nvmlDeviceGetName(handle)), memory, _text(nvml.nvmlDeviceGetUUID(handle))))
+            name, uuid = _text(nvml.nvmlDeviceGetName(handle)), _text(nvml.nvmlDeviceGetUUID(handle))
+            gpus.append(GPU(i, name, memory, uuid, _capability(nvml, handle)))
         return gpus
     except Exception:
         return None
@@ -163,6 +165,14 @@ def _from_nvml() -> list[GPU] | None:
             nvml.nvmlShutdown()
         except Exception:
             pass
+
+
+def _capability(nvml: ModuleType, handle: object) -> str:
+    try:
+        major, minor = nvml.nvmlDeviceGetCudaComputeCapability(handle)
+    except Exception:  # an old driver or binding: the inventory stands without it
+        return ""
+    return f"{major}.{minor}"
 
 
 def _from_nvidia_smi() -> list[GPU] | None:

@@ -81,6 +81,10 @@ class BadVersionError(SglperfError, ValueError):
     """A release given by the user is not a version: it is never used in a path."""
 
 
+# The newest release sglperf's own tests resolve against (ci/selftest.sh): what `sglperf init` suggests.
+NEWEST_CHECKED = "0.5.23"
+
+
 def check_version(version: str) -> str:
     """``version`` if it is a plain PEP 440 release such as 0.5.23; it becomes part of a folder name."""
     try:

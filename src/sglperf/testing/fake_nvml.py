@@ -34,6 +34,7 @@ class FakeGpu:
     name: str = "NVIDIA RTX A6000"
     uuid: str = "GPU-00000000-0000-0000-0000-000000000000"  # FakeNvml numbers the default per GPU
     memory_total_mib: int = 49140
+    compute_capability: tuple[int, int] = (8, 6)
     sm_clock_mhz: int = 1800
     sm_clock_max_mhz: int = 2100
     mem_clock_mhz: int = 8001
@@ -88,6 +89,7 @@ class FakeNvml(AbstractContextManager["FakeNvml"]):
         "nvmlDeviceGetCurrentClocksThrottleReasons",
         "nvmlDeviceGetComputeRunningProcesses",
         "nvmlDeviceGetGraphicsRunningProcesses",
+        "nvmlDeviceGetCudaComputeCapability",
     )
 
     def __init__(self, gpus: list[FakeGpu]) -> None:
@@ -249,6 +251,10 @@ class FakeNvml(AbstractContextManager["FakeNvml"]):
         total = gpu.memory_total_mib * MIB
         used = min(total, sum(b or 0 for _, b in (*gpu.processes, *gpu.graphics_processes)))
         return nvml.c_nvmlMemory_t(total=total, free=total - used, used=used)
+
+    def nvmlDeviceGetCudaComputeCapability(self, handle: object) -> tuple[int, int]:
+        self._enter("nvmlDeviceGetCudaComputeCapability")
+        return self._gpu(handle).compute_capability
 
     def nvmlDeviceGetClockInfo(self, handle: object, type: int) -> int:
         self._enter("nvmlDeviceGetClockInfo")
