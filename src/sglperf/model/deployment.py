@@ -22,6 +22,7 @@ from sglperf.errors import SglperfError
 from sglperf.model.files import SAFE_NAME_PATTERN, os_problem, read_input
 from sglperf.model.intent_names import INTENT_NAMES, SPECULATIVE
 from sglperf.model.metrics import METRICS, with_inherited_floors
+from sglperf.model.prompts import PromptError, load_prompts
 from sglperf.model.variant_effect import ExpectedEffect
 
 SLUG_PATTERN = SAFE_NAME_PATTERN
@@ -819,6 +820,12 @@ def _check_files(deployment: Deployment) -> None:
             prompts, found = deployment.path.parent / workload.prompts, False
         if not found:
             raise DeploymentError(f"{deployment.path}: workloads[{i}].prompts: {prompts} does not exist")
+        # Read now, not when the first measurement starts on a GPU runner: a malformed line is one error
+        # at load, naming the workload, the file and the line (format: docs/deployments.md#prompt-sets).
+        try:
+            load_prompts(prompts)
+        except PromptError as exc:
+            raise DeploymentError(f"{deployment.path}: workloads[{i}].prompts: {exc}") from None
 
 
 def _check_config_json(config: Path, text: str, where: str) -> None:
