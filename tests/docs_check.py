@@ -7,7 +7,8 @@ So each block is classified by its language and checked by something real:
   and it may import sglperf only through its public API (``from sglperf import NAME``, NAME in
   ``sglperf.__all__``): the package answers any other attribute with ``Any``, which mypy cannot check.
 * ``toml``: a complete deployment file is loaded with sglperf's loader in a copy of the project's
-  layout; a fragment (one table, say) is merged into qwen36's file and validated as a deployment.
+  layout; a fragment (one table, say) is merged into qwen36's file and validated as a deployment; a file a
+  command writes (``<!-- run-by: PATH -->``) must be read and compared by the test at PATH.
 * ``bash``/``sh``/``shell``/``console`` (``$ `` lines): every command is first checked statically (the
   program exists; ``sglperf`` arguments parse with the CLI's own parser; pytest options exist; the bench
   scripts have the options named). Then each block either
@@ -492,6 +493,22 @@ def toml_problem(block: Block, workdir: Path) -> str | None:
     return None
 
 
+def produced_toml_problem(block: Block, value: str) -> str | None:
+    """A file a command writes, shown as written (``sglperf init``'s deployment): it names paths of the
+    user's repository, which this checker's copy does not have, so the test that runs the page must read the
+    page and compare the block with what the command wrote."""
+    try:
+        tomllib.loads(block.text)
+    except tomllib.TOMLDecodeError as exc:
+        return f"not valid TOML: {exc}"
+    texts = [(ROOT / p.strip()).read_text(encoding="utf-8") for p in value.split(",") if (ROOT / p.strip()).is_file()]
+    if not texts:
+        return f"run-by: {value.strip()} is not a file of the repository"
+    if not any(_holds(text, block.page.name) for text in texts):
+        return f"run-by: {value.strip()} never reads {block.page.name}: nothing compares the block with the file"
+    return None
+
+
 # --- the whole check -----------------------------------------------------------------------------------
 
 
@@ -519,6 +536,9 @@ def _check_block(block: Block, workdir: Path, report: Report, python_blocks: lis
         for line, message in import_problems(block.text):
             report.add(f"{_shown(block.page)}:{block.line + line}", message)
         python_blocks.append(block)
+    elif block.lang == "toml" and block.note is not None and block.note[0] == "run-by":
+        if problem := produced_toml_problem(block, block.note[1]):
+            report.add(block.where, problem)
     elif block.lang == "toml":
         if problem := toml_problem(block, workdir):
             report.add(block.where, problem)

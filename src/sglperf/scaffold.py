@@ -297,7 +297,7 @@ def deployment_text(
 ) -> str:
     arch = ", ".join(facts.architectures)
     lines = [
-        f"# Written by `sglperf init` from models/{key}/config.json ({arch}); every field: docs/deployments.md.",
+        f"# Written by `sglperf init` from {arch}'s config.json. Every field: sglperf docs, Deployments.",
         f"description = {_toml(f'{arch} on {gpus.count}x {gpus.name}, TP {tp[0]}')}",
         "",
         "[model]",
@@ -316,7 +316,7 @@ def deployment_text(
         f"tp_size = {tp[0]}  # {tp[1]}",
         "",
         "# What every variant must really run with: preflight checks it against the release's own resolution,",
-        "# the live tier against the running server (docs/intents.md).",
+        "# the live tier against the running server (sglperf docs: Intents).",
         "[expect]",
         f"{PREFILL_CUDA_GRAPH} = true",
         f"{DECODE_CUDA_GRAPH} = true",
@@ -330,7 +330,7 @@ def deployment_text(
         lines += [
             "",
             "# The checkpoint has a vision tower. Served text-only, its weights are memory for nothing: this variant",
-            "# asks SGLang to skip them, and preflight shows whether the release can (docs/intents.md).",
+            "# asks SGLang to skip them, and preflight shows whether the release can (sglperf docs: Intents).",
             "[[variants]]",
             'id = "text-only"',
             'description = "vision weights skipped"',
@@ -352,9 +352,16 @@ def deployment_text(
             "[[variants]]",
             f"id = {_toml(draft.algorithm.lower())}",
             f"description = {_toml(f'{draft.algorithm} draft, 3 steps, 4 draft tokens')}",
-            f'speculative = {{ algorithm = "{draft.algorithm}", num_steps = 3, num_draft_tokens = 4, eagle_topk = 1, '
-            f"draft_model = {{ served_path = {_toml(draft.served_path)}, "
-            f'config = "../models/{key}-draft/config.json" }} }}',
+            "# Once measured on the runner, hold the draft to its purpose (sglperf docs: Measurement):",
+            '# expect_effect = { decode-chat = { decode_tok_s = "higher" } }',
+            "[variants.speculative]",
+            f"algorithm = {_toml(draft.algorithm)}",
+            "num_steps = 3",
+            "num_draft_tokens = 4",
+            "eagle_topk = 1",
+            "[variants.speculative.draft_model]",
+            f"served_path = {_toml(draft.served_path)}",
+            f'config = "../models/{key}-draft/config.json"',
         ]
     if facts.moe:
         lines += [

@@ -179,6 +179,11 @@ gpu_count = "2"
 ```
 an unlabelled block
 ```
+
+<!-- run-by: ci/setup.sh -->
+```toml
+key = "what a command wrote"
+```
 """
 
 
@@ -223,4 +228,7 @@ def test_the_other_planted_mistakes_are_each_reported(broken: tuple[list[str], P
     assert any("nothing runs `.venv/bin/pytest -k qwen36 --no-such-option`" in p for p in _at(problems, page, 34))
     assert any("not a valid deployment" in p and "gpu_count" in p for p in _at(problems, page, 38))
     assert any("fenced block in no language" in p for p in _at(problems, page, 43))
-    assert len(problems) == 11, "\n".join(problems)
+    assert _at(problems, page, 48) == [
+        f"{page}:48: run-by: ci/setup.sh never reads broken.md: nothing compares the block with the file"
+    ]
+    assert len(problems) == 12, "\n".join(problems)
