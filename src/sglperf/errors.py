@@ -37,6 +37,7 @@ base it had before the root existed, so ``except ValueError:`` and ``except OSEr
     ├── history.sql_store.HistoryError (RuntimeError)           the run-history store cannot be used
     ├── history.results_folder.ResultsError (ValueError)        a results folder or export file unreadable
     │   └── NoResults                                           a results folder no run wrote anything in
+    ├── scaffold.InitError (ValueError)                         `sglperf init` lacks a fact or would overwrite
     ├── plugin.items.ItemFailure                                a failed verdict or measurement, explained
     └── testing.emulator.config.ConfigError (ValueError)        the emulator's configuration is unusable
 
