@@ -20,6 +20,7 @@ from typing import Any
 
 from sglperf.errors import SglperfError
 from sglperf.model.deployment import load as load_deployment
+from sglperf.model.deployment import parse_hf_config
 from sglperf.model.files import GIB, os_problem, read_input
 from sglperf.model.intent_names import DECODE_CUDA_GRAPH, OVERLAP_SCHEDULE, PREFILL_CUDA_GRAPH, VISION_WEIGHTS_SKIPPED
 from sglperf.runtime.gpus import Inventory, visible_gpus
@@ -124,11 +125,9 @@ def read_config(model: Path, what: str = "model") -> tuple[Path, dict[str, Any],
     except OSError as exc:
         raise InitError(f"{path}: cannot read it: {os_problem(exc)}") from None
     try:
-        data = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InitError(f"{path}: not valid JSON: {exc}") from None
-    if not isinstance(data, dict) or not isinstance(data.get("architectures"), list) or not data["architectures"]:
-        raise InitError(f"{path}: has no 'architectures' list: is it the {what}'s config.json?")
+        data = parse_hf_config(raw)
+    except ValueError as exc:
+        raise InitError(f"{path}: {exc}: is it the {what}'s config.json?") from None
     return path, data, raw
 
 

@@ -828,13 +828,23 @@ def _check_files(deployment: Deployment) -> None:
             raise DeploymentError(f"{deployment.path}: workloads[{i}].prompts: {exc}") from None
 
 
-def _check_config_json(config: Path, text: str, where: str) -> None:
+def parse_hf_config(text: str | bytes) -> dict[str, Any]:
+    """A model's config.json as preflight needs it: a JSON object naming its architectures; ValueError
+    says which of the two it is not."""
     try:
         data = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as exc:
-        raise DeploymentError(f"{where}: {config} is not valid JSON: {exc}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        raise ValueError(f"is not valid JSON: {exc}") from None
     if not isinstance(data, dict) or not isinstance(data.get("architectures"), list) or not data["architectures"]:
-        raise DeploymentError(f"{where}: {config} has no 'architectures' list")
+        raise ValueError("has no 'architectures' list")
+    return data
+
+
+def _check_config_json(config: Path, text: str, where: str) -> None:
+    try:
+        parse_hf_config(text)
+    except ValueError as exc:
+        raise DeploymentError(f"{where}: {config} {exc}") from None
 
 
 def discover(paths: list[str | Path]) -> list[Deployment]:
