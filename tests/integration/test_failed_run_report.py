@@ -1,10 +1,16 @@
-"""A run that fails leaves its report: every failed item is written as it happens (outcomes-main.jsonl),
-the report lists them first and the run is recorded in the history store, even when no item wrote a
-verdict or measurement record of its own (a measurement refused on a busy host used to leave nothing)."""
+"""A run that fails or is interrupted leaves its report: every failed item is written as it happens
+(outcomes-main.jsonl), an item cut off by Ctrl-C or SIGTERM when the run stops; the report lists them
+first and the run is recorded in the history store, even when no item wrote a verdict or measurement
+record of its own (a measurement refused on a busy host used to leave nothing)."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -38,3 +44,56 @@ def test_a_run_whose_items_failed_without_records_still_writes_its_report(pytest
     report = (results / "report.md").read_text()
     assert "## Failed items (1)" in report and "`test_night.py::test_refused` (call," in report, report
     assert "sglperf history: run " in run.stdout.str() and store.is_file()
+
+
+INTERRUPTIBLE = """
+import os, time
+from pathlib import Path
+
+def test_a_failed():
+    raise AssertionError("decode tok/s 41.0 below the floor 63.0")
+
+def test_b_slow():
+    Path(os.environ["SGLPERF_TEST_STARTED"]).touch()
+    time.sleep(120)
+
+def test_c_never_reached():
+    pass
+"""
+
+
+@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM", "SIGTERM-xdist"])
+def test_an_interrupted_run_writes_its_report_with_what_it_had(pytester: pytest.Pytester, how: str) -> None:
+    """Ctrl-C or a CI cancel mid-item: the report and the history entry keep what finished and name the
+    item that was cut off, the signal and what was never run."""
+    pytester.makepyfile(test_night=INTERRUPTIBLE)
+    results, store = pytester.path / "results", pytester.path / "history.sqlite"
+    started = pytester.path / "started"
+    args = [sys.executable, "-m", "pytest", f"--results-dir={results}", f"--history-store={store}"]
+    env = {**os.environ, "SGLPERF_TEST_STARTED": str(started)}
+    if how.endswith("xdist"):
+        args += ["-n", "1"]  # one worker takes the items in file order: a, then b is cut, c never runs
+    with subprocess.Popen(
+        [*args, "-p", "no:cacheprovider"],
+        cwd=pytester.path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    ) as proc:
+        deadline = time.monotonic() + 120
+        while not started.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, "the slow item never started"
+            time.sleep(0.05)
+        proc.send_signal(getattr(signal, how.removesuffix("-xdist")))
+        out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED, out
+    failed = {o.nodeid: o for o in collect(results).failed_items}
+    assert set(failed) == {"test_night.py::test_a_failed", "test_night.py::test_b_slow"}, out
+    cut = failed["test_night.py::test_b_slow"]
+    shown = "Ctrl-C" if how == "SIGINT" else "SIGTERM"
+    assert cut.phase == "interrupted"
+    assert cut.headline == f"interrupted ({shown}) while this item ran, after 1 item(s) finished; 1 not run"
+    report = (results / "report.md").read_text()
+    assert "## Failed items (2)" in report and "`test_night.py::test_b_slow` (interrupted," in report, report
+    assert "sglperf history: run " in out and store.is_file(), out

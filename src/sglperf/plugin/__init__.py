@@ -205,7 +205,7 @@ def _run_stamp(config: pytest.Config) -> RunStamp:
 
 
 def _raise_keyboard_interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
+    raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 def pytest_configure(config: pytest.Config) -> None:

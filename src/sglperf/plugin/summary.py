@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from typing import Any
 
 import pytest
@@ -17,6 +18,8 @@ from sglperf.plugin.items import MEASUREMENT_PROPERTY, append_line
 from sglperf.plugin.keys import LIVE_KEY
 from sglperf.reporting import markdown
 from sglperf.reporting.effects import effect_lines, whose_numbers
+
+INTERRUPTED_RUN = "(the run)"  # the outcome's node id when the run was cut between two items
 
 # Columns of the terminal table: (metric, heading, scale, format).
 COLUMNS = (
@@ -36,6 +39,39 @@ class RunSummary:
         self.skip_reasons: list[str] = []
         self.nothing_refreshed: str | None = None
         self.failed = 0
+        self.running: dict[str, float] = {}  # nodeid -> when it started; the controller's view, xdist's too
+        self.finished = 0
+        self.collected = 0
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.collected = len(session.items)
+
+    @pytest.hookimpl(optionalhook=True)  # xdist's controller collects nothing itself: its workers say
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        self.collected = max(self.collected, len(ids))
+
+    def pytest_runtest_logstart(self, nodeid: str) -> None:
+        self.running[nodeid] = time.monotonic()
+
+    def pytest_runtest_logfinish(self, nodeid: str) -> None:
+        self.running.pop(nodeid, None)
+        self.finished += 1
+
+    def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
+        """Ctrl-C or a CI cancel (SIGTERM) mid-run: each item cut off is written as an outcome, so the
+        report, the verdicts and the history entry of what ran say the run was cut short, and where."""
+        if hasattr(self.config, "workerinput") or not (self.running or self.finished):
+            return  # a worker's own interrupt, or one before any item started: nothing ran to report
+        how = str(excinfo.value) or "Ctrl-C"
+        left = max(self.collected - self.finished - len(self.running), 0)
+        so_far = f"after {self.finished} item(s) finished" + (f"; {left} not run" if left else "")
+        now = time.monotonic()
+        cut = [
+            (nodeid, f"interrupted ({how}) while this item ran, {so_far}", now - started)
+            for nodeid, started in self.running.items()
+        ]
+        for nodeid, reason, duration in cut or [(INTERRUPTED_RUN, f"interrupted ({how}) between items, {so_far}", 0.0)]:
+            append_line(self.config, OUTCOMES_KIND, ItemOutcome(nodeid, "interrupted", reason, duration).to_record())
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when == "call":
