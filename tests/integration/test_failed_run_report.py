@@ -96,4 +96,5 @@ def test_an_interrupted_run_writes_its_report_with_what_it_had(pytester: pytest.
     assert cut.headline == f"interrupted ({shown}) while this item ran, after 1 item(s) finished; 1 not run"
     report = (results / "report.md").read_text()
     assert "## Failed items (2)" in report and "`test_night.py::test_b_slow` (interrupted," in report, report
+    assert f"**Run cut short**: {cut.headline} (`test_night.py::test_b_slow`)" in report.split("## Failed", 1)[0]
     assert "sglperf history: run " in out and store.is_file(), out

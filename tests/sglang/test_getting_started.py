@@ -38,6 +38,11 @@ def _run(line: str, repo: Path, env: dict[str, str]) -> subprocess.CompletedProc
     return proc
 
 
+def _untracked(checkout: Path) -> set[str]:
+    status = subprocess.run(["git", "status", "--porcelain"], cwd=checkout, capture_output=True, text=True, check=True)
+    return {line[3:] for line in status.stdout.splitlines() if line.startswith("??")}
+
+
 def test_the_page_takes_a_new_repository_from_nothing_to_a_compared_baseline(tmp_path: Path) -> None:
     repo, configs = tmp_path / "repo", tmp_path / "configs"
     repo.mkdir()
@@ -55,7 +60,11 @@ def test_the_page_takes_a_new_repository_from_nothing_to_a_compared_baseline(tmp
     for name in ("SGLPERF_SIMULATED_GPUS", "VIRTUAL_ENV", "PYTHONPATH", "SGLPERF_MODEL_PATH"):
         env.pop(name, None)
     install, init, preflight, measure = (block.strip().splitlines() for block in _blocks("bash"))
+    checkout_before = _untracked(ROOT)
     outputs = {line: _run(line, repo, env) for block in (install, init, preflight, measure) for line in block}
+
+    # pip's in-tree build of the checkout (build/) is ignored there: installing leaves it as it was.
+    assert _untracked(ROOT) <= checkout_before, _untracked(ROOT) - checkout_before
 
     # Installed into the repository's own venv, not run from the checkout.
     where = _run(".venv/bin/python -c 'import sglperf; print(sglperf.__file__)'", repo, env).stdout

@@ -10,12 +10,13 @@ from typing import Any
 OUTCOMES_GLOB = "outcomes*.jsonl"
 OUTCOMES_KIND = "outcomes"  # the file's stem, before its writer's name
 MAX_REASON_CHARS = 4000  # a traceback is cut here; the pytest output has it whole
+INTERRUPTED_PHASE = "interrupted"  # the phase of an item Ctrl-C or SIGTERM cut off
 
 
 @dataclass(frozen=True)
 class ItemOutcome:
     nodeid: str
-    phase: str  # "setup", "call" or "teardown": where it failed ("setup": an error before the test)
+    phase: str  # "setup", "call", "teardown" (where it failed; "setup": an error before the test) or INTERRUPTED_PHASE
     reason: str  # the failure as pytest printed it, cut to MAX_REASON_CHARS
     duration_s: float
 

@@ -11,7 +11,7 @@ import pytest
 from sglperf.baselines.variant_effects import variant_effects
 from sglperf.history import chosen
 from sglperf.history.results_folder import NoResults, ResultsError, collect
-from sglperf.model.item_outcome import MAX_REASON_CHARS, OUTCOMES_KIND, ItemOutcome
+from sglperf.model.item_outcome import INTERRUPTED_PHASE, MAX_REASON_CHARS, OUTCOMES_KIND, ItemOutcome
 from sglperf.model.measurement import BaselineStatus, MeasurementRow
 from sglperf.model.metrics import METRICS, MetricOutcome
 from sglperf.plugin.items import MEASUREMENT_PROPERTY, append_line
@@ -71,7 +71,9 @@ class RunSummary:
             for nodeid, started in self.running.items()
         ]
         for nodeid, reason, duration in cut or [(INTERRUPTED_RUN, f"interrupted ({how}) between items, {so_far}", 0.0)]:
-            append_line(self.config, OUTCOMES_KIND, ItemOutcome(nodeid, "interrupted", reason, duration).to_record())
+            append_line(
+                self.config, OUTCOMES_KIND, ItemOutcome(nodeid, INTERRUPTED_PHASE, reason, duration).to_record()
+            )
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when == "call":

@@ -11,6 +11,7 @@ from sglperf.baselines.variant_effects import variant_effects
 from sglperf.history import HistoryError, SqlHistoryStore, open_store
 from sglperf.history.ingest import stored_run
 from sglperf.history.results_folder import RunResults, collect
+from sglperf.model.item_outcome import INTERRUPTED_PHASE
 from sglperf.model.measurement import MeasurementRecord, Roofline
 from sglperf.model.metrics import describe_change
 from sglperf.reporting import history, plots
@@ -136,6 +137,12 @@ def markdown(
         f"{len(run.measurements)} measurements ({regressions} regressions).",
         "",
     ]
+    cut = [o for o in run.failed_items if o.phase == INTERRUPTED_PHASE]
+    if cut:
+        lines += [
+            f"**Run cut short**: {cut[0].headline} (`{cut[0].nodeid}`); this report holds what ran before it.",
+            "",
+        ]
     # Said up front, not only on the measurement's own line: an impossible share means a number in
     # this report (bandwidth, weight bytes, tokens per step, or the measured rate) is wrong.
     impossible = [m.key for m in run.measurements if (r := _hardware_roofline(m)) and r.problem]
