@@ -354,6 +354,23 @@ def test_a_hair_of_a_move_stays_a_hair_on_the_history_axis(tmp_path: Path, figur
         assert (values.max() - values.min()) / (high - low) < 0.2, metric  # 0.16% of a move, not a cliff
 
 
+def test_a_wide_floor_keeps_a_latency_axis_above_zero(tmp_path: Path, figures: list[Figure]) -> None:
+    """The CPU tier's 250% latency floor, taken symmetrically, put e2e_s on an axis from -0.3 s."""
+    samples = {"e2e_s": [0.18, 0.2, 0.24], "decode_tok_s": [290.0, 310.0, 380.0]}
+    record = measurement(samples=samples).model_copy(update={"floors": {"e2e_s": 2.5, "decode_tok_s": 0.7}})
+    points = [("2026-01-01 00:00 (a)", {"e2e_s": 0.2}), ("2026-01-02 00:00 (b)", {"e2e_s": 0.24})]
+    plots.samples_figure(record, tmp_path / "s.png")
+    plots.history_figure(record, points, tmp_path / "h.png")
+    samples_fig, history_fig = figures
+    panels = {ax.get_title().split("\n")[0]: ax for ax in samples_fig.axes}
+    for panel in (panels["e2e_s"], panels["decode_tok_s"], *history_fig.axes):
+        low = panel.get_ylim()[0]
+        assert low >= 0.0, (panel.get_title(), low)
+    # The floor's room is still there on the worse side: a latency may rise 3.5 times, a rate fall to 0.3.
+    assert panels["e2e_s"].get_ylim()[1] >= 0.21 * 3.5
+    assert panels["decode_tok_s"].get_ylim()[0] <= 335.0 * 0.3 * 1.0001
+
+
 def test_history_draws_the_baseline_and_marks_runs_beyond_its_floor(tmp_path: Path, figures: list[Figure]) -> None:
     run, past = twelve_nights(tmp_path, 60.0)
     plots.draw(run, tmp_path / "out", past)

@@ -108,15 +108,19 @@ def _draw_baseline(ax: Any, comparison: MetricComparison) -> tuple[float, float]
     return low, high
 
 
-def _keep_scale(ax: Any, values: Sequence[float], floor: float) -> None:
-    """A y range of at least the floor either side of the data's centre: autoscaled, a 0.16% move of
-    a quiet metric fills the panel and reads as a collapse."""
+def _keep_scale(ax: Any, metric: str, values: Sequence[float], floor: float) -> None:
+    """A y range of at least the floor band around the data's centre: autoscaled, a 0.16% move of a
+    quiet metric fills the panel and reads as a collapse. The band's own shape (its better side mirrored
+    in log space) keeps a latency's axis above zero where a symmetric one went negative: the CPU tier's
+    250% floor put e2e_s on an axis from -0.3 s."""
     if not values:
         return
     low, high = ax.get_ylim()
     centre = (min(values) + max(values)) / 2
-    half = abs(centre) * floor
-    low, high = min(low, centre - half), max(high, centre + half)
+    band_low, band_high = sorted(_band(metric, centre, floor))
+    low, high = min(low, band_low), max(high, band_high)
+    if min(values) >= 0:
+        low = max(low, 0.0)
     if high > low:
         ax.set_ylim(low, high)
     ax.ticklabel_format(axis="y", useOffset=False)
@@ -174,7 +178,8 @@ def samples_figure(record: MeasurementRecord, path: Path) -> Path:
                 spine.set_linewidth(1.6)
         ax.set_ylabel(unit_of(metric))
         ax.grid(axis="y", alpha=0.3)
-        _keep_scale(ax, [*baseline.get(metric, []), *record.samples[metric]], _floor(metric, record, comparison))
+        shown = [*baseline.get(metric, []), *record.samples[metric]]
+        _keep_scale(ax, metric, shown, _floor(metric, record, comparison))
     if not record.comparisons:
         return _save(plt, fig, path, [])
     return _save(plt, fig, path, _legend_handles([("baseline median", BASELINE_LINE)], band=True))
@@ -268,7 +273,7 @@ def history_figure(
         ax.set_title(title, fontsize=10, color="#c0392b" if metric in drifting else "black")
         ax.set_ylabel(unit_of(metric))
         ax.grid(alpha=0.3)
-        _keep_scale(ax, ys, _floor(metric, record, comparison))
+        _keep_scale(ax, metric, ys, _floor(metric, record, comparison))
     lines: list[tuple[str, dict[str, Any]]] = [
         ("median per run (the last: this run)", {"color": BASELINE_COLOUR, "marker": "o", "markersize": 4})
     ]
