@@ -33,25 +33,33 @@ def foreign_spinner() -> Iterator[psutil.Process]:
         yield spinner
 
 
-def _others_cpu() -> float:
+def _others_cpu() -> dict[tuple[int, float], float]:
+    """(pid, create time) -> CPU seconds so far, reaped children's included, for every process not ours."""
     ours = {p.pid for p in (psutil.Process(), *psutil.Process().children(recursive=True))}
-    total = 0.0
+    found: dict[tuple[int, float], float] = {}
     for proc in psutil.process_iter():
         if proc.pid in ours:
             continue
         try:
             t = proc.cpu_times()
-            total += t.user + t.system
+            found[(proc.pid, proc.create_time())] = t.user + t.system + t.children_user + t.children_system
         except psutil.Error:
             continue
-    return total
+    return found
+
+
+def _others_used(before: dict[tuple[int, float], float], after: dict[tuple[int, float], float]) -> float:
+    """What processes not ours used in between. One that exits in the window is reaped by its parent, whose
+    children's times then carry its whole life: counted whole, the others read high, never low (a plain sum
+    of user + system read -5.3 s on CI when an xdist sibling's 5.3-second subprocess exited)."""
+    return sum(cpu - before.get(key, 0.0) for key, cpu in after.items())
 
 
 @linux_only
 def test_our_own_work_and_our_childrens_is_not_foreign() -> None:
     # Other processes may run meanwhile (an xdist sibling, say): foreign is compared with what they
-    # used, so the test holds on a busy box too; 0.4 s covers others that exit within the window
-    # (their time leaves the per-process sum). Counting our 1.2 CPU-seconds would break it.
+    # used, so the test holds on a busy box too; 0.4 s covers others reaped by no process we can read.
+    # Counting our 1.2 CPU-seconds would break it.
     child = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
         probe = host_probe.HostProbe()
@@ -59,7 +67,7 @@ def test_our_own_work_and_our_childrens_is_not_foreign() -> None:
         probe.start()
         _spin(0.6)
         load = probe.stop()
-        others = _others_cpu() - others_before
+        others = _others_used(others_before, _others_cpu())
     finally:
         child.kill()
         child.wait()
