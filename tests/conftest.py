@@ -18,6 +18,7 @@ from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from sglperf.runtime import gpus, server_ledger
 from sglperf.sglang import envs
@@ -32,6 +33,12 @@ UNIT_TESTS = TESTS / "unit"
 INTEGRATION_TESTS = TESTS / "integration"
 # Fixtures a unit test may not ask for: each starts something (a pytest run, a database server).
 NOT_IN_UNIT = ("pytester", "postgres")
+
+# No property here bounds a time; Hypothesis's default 200 ms deadline per example does, and an xdist
+# sibling or the hypervisor's steal on a 2-CPU runner stalls an example past it (DeadlineExceeded, or
+# "Unreliable test timings", as a failure of the code).
+settings.register_profile("sglperf", deadline=None)
+settings.load_profile("sglperf")
 
 
 def pytest_configure(config: pytest.Config) -> None:

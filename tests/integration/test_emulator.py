@@ -398,10 +398,12 @@ def test_retraction_fault(spawn: Callable[..., Emulator]) -> None:
     plain_s, _ = timed(plain)
     slow_s, chunks = timed(emu)
     # Slower by the pause (and the re-prefill's 0.1 ms per token): a gap right after the retraction point.
-    assert 0.25 < slow_s - plain_s < 0.6  # client-side times: some slack below
+    # The server keeps absolute deadlines, so a busy host only lengthens the whole request, while a late
+    # chunk before the pause shortens the gap after it: 50 ms of slack there, none on the whole.
+    assert 0.3 + 40 * config["decode_step_s"] <= slow_s < plain_s + 0.6
     sent = [m["meta_info"]["completion_tokens"] for _, m in chunks]
     at = sent.index(points[0])
-    assert chunks[at + 1][0] - chunks[at][0] >= 0.3
+    assert chunks[at + 1][0] - chunks[at][0] > 0.25
     with emu.client() as c, emu.client() as other:
         assert c.post("/generate", json={"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 8}}).is_success
         with c.stream("POST", "/generate", json=stream_body(40)) as response:
@@ -545,11 +547,13 @@ def test_load_knobs_slow_a_burst_but_not_a_request_alone(spawn: Callable[..., Em
     truth = EmulatorConfig(**LOAD_BASE)
     prompt = prompt_tokens_of_text(stream_body(1)["text"])
     first_token = plan_request(truth, None, prompt, LOAD_TOKENS, np.random.default_rng([0, 0]))  # noise off
+    # The rates are the server's own (the model's times): over 0.2 s, one chunk read 20 ms late on a busy
+    # host would move a client-side rate by 10%.
     for alone in (plain_alone, loaded_alone):
         assert alone.meta["queue_time"] == 0.0
         assert alone.meta["first_token_latency"] == first_token.passes[0].at_s
-        assert alone.decode_tok_s == pytest.approx(expected_decode_tok_s(truth, None), rel=0.1)
-    assert loaded_alone.decode_tok_s == pytest.approx(plain_alone.decode_tok_s, rel=0.1)
+        assert alone.meta["decode_throughput"] == pytest.approx(expected_decode_tok_s(truth, None), rel=0.1)
+    assert loaded_alone.meta["decode_throughput"] == pytest.approx(plain_alone.meta["decode_throughput"], rel=0.1)
 
     # (a) Knobs off: 8 at once are served as if each were alone.
     assert all(s.meta["queue_time"] == 0.0 for s in plain_burst)

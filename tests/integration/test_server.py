@@ -89,11 +89,13 @@ def test_never_healthy_hits_the_deadline_with_progress(tmp_path: Path, monkeypat
 
 def test_teardown_escalates_to_sigkill_for_a_process_ignoring_sigterm(tmp_path: Path) -> None:
     stubborn = tmp_path / "stubborn.py"
+    ready = tmp_path / "ready"
     stubborn.write_text(
-        textwrap.dedent("""
-        import signal, subprocess, sys, time
+        textwrap.dedent(f"""
+        import pathlib, signal, subprocess, sys, time
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        ignore = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
+        ignore = "import pathlib, signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        ignore += "pathlib.Path({str(ready)!r}).touch(); time.sleep(600)"
         child = subprocess.Popen([sys.executable, "-c", ignore])
         time.sleep(600)
     """)
@@ -103,7 +105,9 @@ def test_teardown_escalates_to_sigkill_for_a_process_ignoring_sigterm(tmp_path: 
     s.proc.kill()
     s.proc.wait()
     s.proc = subprocess.Popen([sys.executable, str(stubborn)], start_new_session=True)
-    time.sleep(1.0)
+    deadline = time.monotonic() + 60  # both interpreters started and ignoring SIGTERM: seconds on a busy host
+    while not ready.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
     pids = s.pids()
     assert len(pids) == 2
     report = s.stop(grace_s=1.0)

@@ -10,6 +10,8 @@ test starts, nothing is locked.
 The lock keeps this suite's own tests apart, not a neighbour's work (a shared CI runner's other jobs,
 the hypervisor's steal). `judged_on_a_quiet_host` is for a timing assertion that such a neighbour
 breaks: it fails on a quiet host, and skips, naming what the host did, when the host was busy.
+`cpu_of_others` and `used_between` read what the processes not ours used over a window, for tests that
+hold the host probe's foreign time against it.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from sglperf.model.host_load import HOST_STAYED_BUSY
@@ -101,3 +104,25 @@ def skip_if_the_host_stayed_busy(result: pytest.RunResult) -> None:
         if HOST_STAYED_BUSY in line:
             said = re.sub(r"^E\s+[\w.]+Error:\s*", "", line.split(" - ", 1)[-1].strip())  # a traceback's line
             pytest.skip(f"not judged: {said[:400]}")
+
+
+def cpu_of_others() -> dict[tuple[int, float], float]:
+    """(pid, create time) -> CPU seconds so far, reaped children's included, for every process not ours."""
+    ours = {p.pid for p in (psutil.Process(), *psutil.Process().children(recursive=True))}
+    found: dict[tuple[int, float], float] = {}
+    for proc in psutil.process_iter():
+        if proc.pid in ours:
+            continue
+        try:
+            t = proc.cpu_times()
+            found[(proc.pid, proc.create_time())] = t.user + t.system + t.children_user + t.children_system
+        except psutil.Error:
+            continue
+    return found
+
+
+def used_between(before: dict[tuple[int, float], float], after: dict[tuple[int, float], float]) -> float:
+    """What processes not ours used in between. One that exits in the window is reaped by its parent, whose
+    children's times then carry its whole life: counted whole, the others read high, never low (a plain sum
+    of user + system read -5.3 s on CI when an xdist sibling's 5.3-second subprocess exited)."""
+    return sum(cpu - before.get(key, 0.0) for key, cpu in after.items())

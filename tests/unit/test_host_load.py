@@ -14,6 +14,8 @@ from sglperf.model.host_load import HostLoad, HostLoadSummary
 from sglperf.plugin import _share
 from sglperf.runtime import host_probe
 
+from ..support.quiet_host import cpu_of_others, used_between
+
 seconds = st.floats(min_value=0.0, max_value=100.0, allow_nan=False)
 shares = st.floats(min_value=0.01, max_value=1.0, allow_nan=False)
 
@@ -67,10 +69,12 @@ linux_only = pytest.mark.skipif(host_probe.available() is not None, reason=str(h
 @linux_only
 def test_the_slack_covers_the_counters_rounding_on_a_short_quiet_round() -> None:
     probe = host_probe.HostProbe()
+    before = cpu_of_others()
     probe.start()
     load = probe.stop()
+    others = used_between(before, cpu_of_others())  # an xdist sibling's work in the window is foreign
     assert load.slack_cpu_s >= 2 * math.sqrt(host_probe.SYSTEM_COUNTERS_PER_CPU * load.cpus / 6) * host_probe.TICK_S
-    assert abs(load.foreign_cpu_s) <= load.slack_cpu_s + 0.05
+    assert -load.slack_cpu_s - 0.05 <= load.foreign_cpu_s <= others + load.slack_cpu_s + 0.05
 
 
 @pytest.mark.parametrize("text", ["0", "-0.1", "1.5", "ten", "nan"])
