@@ -19,12 +19,15 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; then
   # uv installs the harness in about 9 s where pip took 38 s (bench/harness_install.py, 2-CPU VM): every
   # CI run starts with a fresh .venv. uv reads no pip configuration, so pip, which does (a private index),
   # is the fallback. This machine's pip configuration names local package folders that may be absent;
-  # pip warns about each on every call, which buries real errors.
+  # pip warns about each on every call, which buries real errors. uv writes no bytecode unless asked (pip
+  # does), and with PYTHONDONTWRITEBYTECODE set no import writes any: every test's subprocess would compile
+  # the harness's dependencies and sglperf's own modules again (bench/bytecode.py).
   if ! { .venv/bin/python -m pip install -q --disable-pip-version-check uv 2> >(grep -v "^WARNING: Location" >&2) \
-    && .venv/bin/uv pip install -q --python .venv/bin/python -e '.[test]'; }; then
+    && .venv/bin/uv pip install -q --compile-bytecode --python .venv/bin/python -e '.[test]'; }; then
     echo "setup: uv could not install the harness; installing it with pip" >&2
     .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]' 2> >(grep -v "^WARNING: Location" >&2)
   fi
+  .venv/bin/python -m compileall -q -j 0 src > /dev/null
   echo "$wanted" > "$stamp"
 fi
 for version in "$@"; do

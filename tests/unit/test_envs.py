@@ -419,7 +419,19 @@ def test_a_build_with_uv_makes_the_venv_and_installs_the_wheel_with_uv(
     assert commands[1].startswith("/bin/uv pip install -q --no-deps --python ")
     assert commands[2].startswith("/bin/uv pip install -q --python ") and "--excludes" in commands[2]
     assert len(commands) == 3 and not any("uv could not" in line for line in said)
+    assert said[-1].startswith("  compile bytecode: ")  # uv wrote none
     assert env.ready
+
+
+def test_an_environments_bytecode_is_compiled_and_a_file_that_does_not_compile_stays_source(tmp_path: Path) -> None:
+    site = tmp_path / "site-packages"
+    (site / "pkg").mkdir(parents=True)
+    (site / "pkg" / "fine.py").write_text("X = 1\n")
+    (site / "pkg" / "py2.py").write_text('print "old"\n')
+    said: list[str] = []
+    envs.compile_bytecode(site, said.append)
+    assert [p.name.split(".")[0] for p in (site / "pkg" / "__pycache__").iterdir()] == ["fine"]
+    assert said[-1] == "  compile bytecode: 1 file did not compile and stay source (exit 1)"
 
 
 def test_a_build_without_uv_is_all_pip(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
