@@ -118,6 +118,19 @@ def test_xdist_loadscope_keeps_a_variants_user_tests_with_its_server(project: Pr
     assert _launches(project.path / "r1") == {f"qwen36-{v}": 1 for v in VARIANTS}
 
 
+def _wait_for(url: str, within_s: float = 30.0) -> None:
+    """Until ``url`` answers 200 (a server still starting refuses connections); a test then fails on what
+    the server said, not on this."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+
+
 @pytest.fixture
 def outside_server(
     project: Project, sglang_python: SglangPython, tmp_path: Path
@@ -151,13 +164,7 @@ def outside_server(
         stderr=subprocess.DEVNULL,
     )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.1)
+    _wait_for(f"{url}/health")
     yield url, proc
     proc.kill()
     proc.wait()
@@ -206,13 +213,7 @@ def test_attach_to_a_bad_url_or_something_that_is_not_sglang_is_one_clear_error(
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 30  # until it answers: "not reachable" would not test "not SGLang"
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/server_info", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.1)
+        _wait_for(f"http://127.0.0.1:{port}/server_info")  # else "not reachable" would be all it tests
         result = project("r2", "-m", "live", "-k", "qwen36-mtp1", f"--sglang-url=http://127.0.0.1:{port}")
         result.stdout.fnmatch_lines(["*: not a reachable SGLang server: *none of /model_info, /get_model_info exists*"])
         assert "Traceback" not in result.stdout.str()
