@@ -21,7 +21,8 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; then
   # is the fallback. This machine's pip configuration names local package folders that may be absent;
   # pip warns about each on every call, which buries real errors. uv writes no bytecode unless asked (pip
   # does), and with PYTHONDONTWRITEBYTECODE set no import writes any: every test's subprocess would compile
-  # the harness's dependencies and sglperf's own modules again (bench/bytecode.py).
+  # the harness's dependencies and sglperf's own modules again (bench/bytecode.py measures the same cost
+  # for an SGLang environment).
   if ! { .venv/bin/python -m pip install -q --disable-pip-version-check uv 2> >(grep -v "^WARNING: Location" >&2) \
     && .venv/bin/uv pip install -q --compile-bytecode --python .venv/bin/python -e '.[test]'; }; then
     echo "setup: uv could not install the harness; installing it with pip" >&2
