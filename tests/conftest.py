@@ -17,7 +17,10 @@ import uuid
 from collections.abc import Generator, Iterator
 from pathlib import Path
 
-import httpcore  # noqa: F401  # see below
+# httpx imports httpcore on first use, and pytester drops the modules first imported during its test: the
+# next test's httpx then raised httpcore's own ConnectError, past `except httpx.HTTPError` (its mapping
+# holds the dropped module's classes). Imported here, before any test, it is never dropped.
+import httpcore  # noqa: F401
 import pytest
 from hypothesis import settings
 
@@ -34,10 +37,6 @@ UNIT_TESTS = TESTS / "unit"
 INTEGRATION_TESTS = TESTS / "integration"
 # Fixtures a unit test may not ask for: each starts something (a pytest run, a database server).
 NOT_IN_UNIT = ("pytester", "postgres")
-
-# httpx imports httpcore on first use, and pytester drops the modules first imported during its test: the
-# next test's httpx then raised httpcore's own ConnectError, past `except httpx.HTTPError` (its mapping
-# holds the dropped module's classes). Imported here, before any test, it is never dropped.
 
 # No property here bounds a time; Hypothesis's default 200 ms deadline per example does, and an xdist
 # sibling or the hypervisor's steal on a 2-CPU runner stalls an example past it (DeadlineExceeded, or

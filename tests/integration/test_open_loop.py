@@ -28,18 +28,20 @@ def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @pytest.mark.quiet_host
 def test_an_open_loop_round_sends_every_request_on_schedule_and_yields_tails_and_goodput(url: str) -> None:
     load = workload("native", rate=40.0, arrival="constant", requests=12, repeats=2, output_len=16, slo={"ttft_s": 5})
-    with judged_on_a_quiet_host():  # a send late by 10 ms drops the round
+    limit = meter.send_lag_limit_s(40.0)
+    # Only the send lag is the host's to break (a send late by 10 ms drops the round): the rest fails as ever.
+    with judged_on_a_quiet_host():
         result = measure(url, load, prompt_set(3), concurrency=12)
-        assert [r.requests for r in result.rounds] == [12, 12] and len(result.samples) == 24
-        assert result.rate == 40.0 and not result.dropped_rounds
-        # Twelve sends 25 ms apart: the round lasts at least the schedule's 275 ms.
-        assert all(r.wall_s >= 0.275 for r in result.rounds)
-        limit = meter.send_lag_limit_s(40.0)
-        assert all(s.send_lag_s is not None and s.send_lag_s >= 0 for s in result.samples)
+        assert not result.dropped_rounds
         assert all(r.send_lag_p90_s is not None and r.send_lag_p90_s <= limit for r in result.rounds)
-        assert {"ttft_p90_s", "ttft_p99_s", "itl_p90_s", "itl_p99_s", "output_tok_s"} <= result.summary.keys()
-        assert result.summary["goodput_share"].median == 1.0  # the emulator answers within 5 s
-        assert {s.prompt_id for s in result.samples} == {"p0", "p1", "p2"}  # the prompts in turn
+    assert [r.requests for r in result.rounds] == [12, 12] and len(result.samples) == 24
+    assert result.rate == 40.0
+    # Twelve sends 25 ms apart: the round lasts at least the schedule's 275 ms.
+    assert all(r.wall_s >= 0.275 for r in result.rounds)
+    assert all(s.send_lag_s is not None and s.send_lag_s >= 0 for s in result.samples)
+    assert {"ttft_p90_s", "ttft_p99_s", "itl_p90_s", "itl_p99_s", "output_tok_s"} <= result.summary.keys()
+    assert result.summary["goodput_share"].median == 1.0  # the emulator answers within 5 s
+    assert {s.prompt_id for s in result.samples} == {"p0", "p1", "p2"}  # the prompts in turn
 
 
 @pytest.mark.quiet_host
@@ -50,8 +52,9 @@ def test_a_round_bounded_by_a_duration_sends_what_its_schedule_puts_before_the_e
     assert sent == 12  # at 0, 25, ..., 275 ms; the next is due at the end
     with judged_on_a_quiet_host():  # a send late by 10 ms drops the round
         result = measure(url, load, prompt_set(3), concurrency=sent)
-        assert [r.requests for r in result.rounds] == [12, 12] and not result.dropped_rounds
-        assert all(r.wall_s >= 0.275 for r in result.rounds)
+        assert not result.dropped_rounds
+    assert [r.requests for r in result.rounds] == [12, 12]
+    assert all(r.wall_s >= 0.275 for r in result.rounds)
 
 
 @pytest.mark.quiet_host
@@ -61,8 +64,8 @@ def test_waiting_for_a_max_concurrency_slot_is_the_servers_time_not_the_clients_
     with judged_on_a_quiet_host():  # a send late by 10 ms drops the round
         result = measure(url, load, prompt_set(2), concurrency=1)
         assert not result.dropped_rounds
-        assert result.rounds[0].wall_s > 6 * 32 * 0.003 * 0.9  # one at a time
         assert max(s.send_lag_s or 0.0 for s in result.samples) < meter.send_lag_limit_s(200.0)
+    assert result.rounds[0].wall_s > 6 * 32 * 0.003 * 0.9  # one at a time
 
 
 def test_a_client_behind_its_schedule_drops_the_round_and_then_fails_the_measurement(

@@ -10,11 +10,11 @@ import shutil
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 
 from sglperf.runtime.server import free_port
@@ -120,16 +120,13 @@ def test_xdist_loadscope_keeps_a_variants_user_tests_with_its_server(project: Pr
 
 def _wait_for(url: str, within_s: float = 30.0) -> None:
     """Until ``url`` answers 200 (a server still starting refuses connections); a test then fails on what
-    the server said, not on this. urllib, not httpx: httpx imports httpcore on first use, pytester drops
-    modules first imported during a test, and the next test's httpcore errors then escape httpx's mapping
-    (a raw httpcore.ConnectError out of `except httpx.HTTPError`, seen here)."""
+    the server said, not on this."""
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
         try:
-            with urllib.request.urlopen(url, timeout=1) as answer:
-                if answer.status == 200:
-                    return
-        except OSError:  # URLError and HTTPError are OSErrors
+            if httpx.get(url, timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
             pass
         time.sleep(0.1)
 

@@ -434,6 +434,15 @@ def test_an_environments_bytecode_is_compiled_and_a_file_that_does_not_compile_s
     assert said[-1] == "  compile bytecode: 1 file did not compile and stay source (exit 1)"
 
 
+def test_a_compileall_that_fails_itself_leaves_the_environment_as_source_and_says_so(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(sys, "executable", "/bin/false")
+    said: list[str] = []
+    envs.compile_bytecode(tmp_path, said.append)
+    assert said[-1] == "  compile bytecode: compileall failed (exit 1: no message); modules stay source"
+
+
 def test_a_build_without_uv_is_all_pip(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     commands, said, env = _build_with_fake_installers(monkeypatch, tmp_path, None, None)
     pip = f"{sys.executable} -m pip --python {env.python} install -q"

@@ -363,8 +363,12 @@ def compile_bytecode(site: Path, progress: Progress) -> None:
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         failed = sum(line.startswith("*** Error compiling") for line in proc.stdout.splitlines())
-        files = "file" if failed == 1 else "files"
-        progress(f"  compile bytecode: {failed} {files} did not compile and stay source (exit {proc.returncode})")
+        if failed:
+            files = "file" if failed == 1 else "files"
+            progress(f"  compile bytecode: {failed} {files} did not compile and stay source (exit {proc.returncode})")
+        else:  # compileall itself failed: the environment works, as it did before, from source
+            why = (proc.stderr.strip().splitlines() or ["no message"])[-1]
+            progress(f"  compile bytecode: compileall failed (exit {proc.returncode}: {why}); modules stay source")
 
 
 def _build(env: SGLangEnv, wheel: Path, torch_site: Path, progress: Progress) -> None:
