@@ -63,7 +63,9 @@ CASES: tuple[Case, ...] = (
         ("0.5.23",),
     ),
     *_both(
-        "upgrade-0.5.13-0.5.23", ("upgrade-check", QWEN36, TINY, "--from", "0.5.13", "--to", "0.5.23"), ("0.5.13", "0.5.23")
+        "upgrade-0.5.13-0.5.23",
+        ("upgrade-check", QWEN36, TINY, "--from", "0.5.13", "--to", "0.5.23"),
+        ("0.5.13", "0.5.23"),
     ),
     *_both(
         "upgrade-walk-0.5.19-0.5.21",
