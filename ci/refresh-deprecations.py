@@ -17,8 +17,8 @@ from pathlib import Path
 from sglperf.model.deployment import RunnerProfile
 from sglperf.preflight import Resolver
 from sglperf.sglang import envs
+from sglperf.sglang.argv import ParserInfo
 from sglperf.sglang.deprecations import SHIPPED_FILE, Deprecation, DeprecationLedger, deprecations_of
-from sglperf.sglang.intents import ParserInfo
 
 # The parser does not depend on the GPU; the worker needs one to simulate.
 _ANY_GPU = RunnerProfile(

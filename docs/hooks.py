@@ -31,7 +31,8 @@ from mkdocs.structure.files import Files
 from mkdocs.structure.pages import Page
 
 from sglperf.model.metrics import METRICS
-from sglperf.sglang.intents import INTENTS, Intent, IntentNotExpressible, ParserInfo, Speculative
+from sglperf.sglang.argv import ParserInfo
+from sglperf.sglang.intents import INTENTS, Intent, IntentNotExpressible, Speculative
 
 MARKER = "<!-- intents-table -->"
 PAGE = "intents.md"

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from sglperf import history, preflight
     from sglperf.history.records import StoredRun
     from sglperf.model.measurement import MeasurementRecord
-    from sglperf.sglang.intents import ParserInfo
+    from sglperf.sglang.argv import ParserInfo
 
 DEFAULT_DEPLOYMENTS = "deployments"
 EXIT_CHECK_FAILED = 1

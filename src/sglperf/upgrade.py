@@ -19,9 +19,10 @@ from sglperf.judge.intent import explain as explain_intent
 from sglperf.model.resolution import FieldChange
 from sglperf.model.verdict import Status
 from sglperf.preflight import VariantCheck
+from sglperf.sglang.argv import ParsedArgv, ParserInfo
 from sglperf.sglang.config_fields import OTHER
 from sglperf.sglang.deprecations import DeprecationLedger, flag_of
-from sglperf.sglang.intents import INTENTS, ParserInfo, replacement_for
+from sglperf.sglang.intents import INTENTS, replacement_for
 
 NUMBER = re.compile(r"\d+(\.\d+)?")
 
@@ -111,10 +112,6 @@ class UpgradeReport:
         }
 
 
-def _flags_of(argv: Sequence[str]) -> list[str]:
-    return [a.split("=", 1)[0] for a in argv if a.startswith("--")]
-
-
 def flag_changes(
     old: ParserInfo, new: ParserInfo, old_checks: Sequence[VariantCheck], architectures: tuple[str, ...]
 ) -> list[FlagChange]:
@@ -122,8 +119,8 @@ def flag_changes(
     users: dict[str, set[str]] = {}
     for check in old_checks:
         if check.launch is not None:
-            for flag in _flags_of(check.launch.argv):
-                users.setdefault(old.canonical(flag) or flag, set()).add(f"{check.deployment.key}/{check.variant.id}")
+            for flag in ParsedArgv(check.launch.argv, old).names:
+                users.setdefault(flag, set()).add(f"{check.deployment.key}/{check.variant.id}")
     for intent in INTENTS.values():
         for flag in intent.known_flags:
             if old.has(flag):

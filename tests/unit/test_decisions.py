@@ -7,24 +7,19 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from hypothesis import given
-from hypothesis import strategies as st
-
 from sglperf.judge.decisions import (
-    asked_values,
     config_and_model,
     decisions,
     differing_flags,
     field_changes,
     same_value,
-    without_flag,
 )
 from sglperf.model.explanation import Explanation, FlagEffect, VariantComparison
 from sglperf.model.resolution import FieldChange, ModelFacts, Resolution, Write, shown_value
 from sglperf.preflight import probe
 from sglperf.reporting.explain import render
+from sglperf.sglang.argv import Option, ParserInfo
 from sglperf.sglang.config_fields import concern_of, flatten, turns_off
-from sglperf.sglang.intents import Option, ParserInfo
 
 PARSER = ParserInfo(
     "0.5.13",
@@ -66,16 +61,6 @@ PIECEWISE_OFF = Write(
 
 def _resolution(effective: dict[str, Any], writes: tuple[Write, ...] = (), argv: tuple[str, ...] = ARGV) -> Resolution:
     return Resolution(argv, {}, effective, writes=writes)
-
-
-def test_the_argv_is_read_through_the_releases_parser() -> None:
-    asked = asked_values(ARGV, PARSER)
-    assert asked["tp_size"].value == "2"
-    assert asked["cuda_graph_bs"].value == ["1", "2"]
-    assert asked["enable_single_batch_overlap"].value is True
-    assert asked["cuda_graph_bs"].spelled == "--cuda-graph-bs 1 2"
-    assert asked_values(("--chunked-prefill-size=8192",), PARSER)["chunked_prefill_size"].value == "8192"
-    assert asked_values(("--chunked-prefill", "8192"), PARSER)["chunked_prefill_size"].flag == "--chunked-prefill-size"
 
 
 def test_argv_strings_compare_with_resolved_values() -> None:
@@ -157,34 +142,10 @@ def test_the_built_model_is_compared_beside_the_fields() -> None:
     assert concern_of("built_model.vision_tower") == "model loading"
 
 
-def test_the_flags_one_variant_adds_and_the_argv_without_one() -> None:
+def test_the_flags_one_variant_adds() -> None:
     reference = ("--model-path", "/m", "--tp-size", "2")
     added = differing_flags(reference, ARGV, PARSER)
     assert [a.flag for a in added] == ["--speculative-algorithm", "--cuda-graph-bs", "--enable-single-batch-overlap"]
-    assert without_flag(ARGV, "--cuda-graph-bs", PARSER) == (
-        "--model-path",
-        "/m",
-        "--tp-size",
-        "2",
-        "--speculative-algorithm",
-        "NEXTN",
-        "--enable-single-batch-overlap",
-    )
-
-
-_FLAGS = st.sampled_from(["--tp-size", "--chunked-prefill-size", "--cuda-graph-bs", "--enable-single-batch-overlap"])
-
-
-@given(st.lists(st.tuples(_FLAGS, st.lists(st.sampled_from(["1", "8", "auto"]), max_size=3)), max_size=5), _FLAGS)
-def test_taking_a_flag_out_leaves_every_other_flag_as_asked(spec: list[tuple[str, list[str]]], removed: str) -> None:
-    argv: list[str] = []
-    for flag, values in spec:
-        argv += [flag, *([] if not PARSER.options[flag].takes_value else values or ["1"])]
-    before = asked_values(argv, PARSER)
-    after = asked_values(without_flag(argv, removed, PARSER), PARSER)
-    dest = PARSER.options[removed].dest
-    assert dest not in after
-    assert after == {k: v for k, v in before.items() if k != dest}
 
 
 def test_a_flag_that_changes_only_its_own_field_is_told_apart() -> None:

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sglperf.sglang.argv import Option, ParserInfo
 from sglperf.sglang.deprecations import Deprecation, DeprecationLedger, deprecations_of, flag_of
 from sglperf.sglang.flags import FlagError, check_flags
-from sglperf.sglang.intents import Option, ParserInfo
 
 
 def _parser(version: str, **options: Option) -> ParserInfo:

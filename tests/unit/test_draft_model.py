@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from sglperf.model.deployment import DeploymentError, load
+from sglperf.sglang.argv import Option, ParserInfo
 from sglperf.sglang.flags import FlagError, launch_plan
-from sglperf.sglang.intents import Option, ParserInfo
 
 from ..support.project import ROOT
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from sglperf.model.deployment import load
+from sglperf.sglang.argv import Option, ParserInfo
 from sglperf.sglang.flags import FlagError, check_flags, launch_plan
-from sglperf.sglang.intents import Option, ParserInfo
 
 from ..support.project import QWEN36
 from .test_intents import BACKENDS, BOOLEANS, QWEN

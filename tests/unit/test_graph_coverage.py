@@ -19,8 +19,9 @@ from sglperf.model.intent_names import DECODE_CUDA_GRAPH
 from sglperf.model.resolution import EffectiveArgs, Write
 from sglperf.model.verdict import Status, Verdict
 from sglperf.preflight import probe
+from sglperf.sglang.argv import Option, ParsedArgv, ParserInfo
 from sglperf.sglang.flags import launch_plan
-from sglperf.sglang.intents import DECODE_GRAPH, Option, ParserInfo
+from sglperf.sglang.intents import DECODE_GRAPH
 
 from ..support.project import ROOT, one_24gb_gpu_deployment
 
@@ -198,7 +199,7 @@ def test_a_request_for_the_decode_graph_captures_up_to_the_workloads_largest_bat
     parser = _parser("0.5.20", "--cuda-graph-max-bs-decode", "--cuda-graph-bs-decode")
     argv = launch_plan(deployment, deployment.variant("own"), parser, "/m", ()).argv
     assert "--cuda-graph-max-bs-decode" not in argv
-    assert DECODE_GRAPH.own_size_flags(argv) == "--cuda-graph-bs-decode 1 2"
+    assert DECODE_GRAPH.own_size_flags(ParsedArgv(argv, parser)) == "--cuda-graph-bs-decode 1 2"
 
 
 def test_the_probe_finds_the_branch_and_comment_above_a_size_rule(tmp_path: Path) -> None:

@@ -8,14 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sglperf.sglang.intents import (
-    INTENTS,
-    IntentNotExpressible,
-    Option,
-    ParserInfo,
-    SpeculativeSettings,
-    replacement_for,
-)
+from sglperf.sglang.argv import Option, ParserInfo
+from sglperf.sglang.intents import INTENTS, IntentNotExpressible, SpeculativeSettings, replacement_for
 
 BOOL = Option(dest="x", takes_value=False)
 SPEC = {

@@ -19,8 +19,9 @@ from sglperf.model.prompts import TEMPLATE_TOKENS_PER_MESSAGE, Message, Prompt, 
 from sglperf.model.resolution import EffectiveArgs, Write
 from sglperf.model.server_facts import ServerFacts
 from sglperf.model.verdict import Status, Verdict
+from sglperf.sglang.argv import Option, ParserInfo
 from sglperf.sglang.flags import launch_plan
-from sglperf.sglang.intents import PREFILL_GRAPH, Option, ParserInfo
+from sglperf.sglang.intents import PREFILL_GRAPH
 
 from ..support.project import ROOT, one_24gb_gpu_deployment
 

@@ -11,8 +11,8 @@ from sglperf.model.deployment import Deployment, load
 from sglperf.model.resolution import LogLine, Resolution, Write
 from sglperf.model.verdict import Status, Verdict
 from sglperf.preflight.check import VariantCheck
+from sglperf.sglang.argv import Option, ParserInfo
 from sglperf.sglang.flags import LaunchPlan
-from sglperf.sglang.intents import Option, ParserInfo
 
 from ..support.project import QWEN36
 

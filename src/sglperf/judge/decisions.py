@@ -12,51 +12,12 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from sglperf.model.resolution import Decision, FieldChange, Resolution, Write
+from sglperf.sglang.argv import AskedValue, ParsedArgv, ParserInfo
 from sglperf.sglang.config_fields import concern_of, concern_rank, container_of, flatten, newest_names, turns_off
-from sglperf.sglang.intents import ParserInfo
 from sglperf.sglang.server_api import IDENTITY_FIELDS
-
-
-@dataclass(frozen=True)
-class AskedValue:
-    flag: str
-    value: str | list[str] | bool  # as written in the argv (a switch: the value it stores)
-
-    @property
-    def spelled(self) -> str:
-        """As the argv has it: ``--enable-x``, ``--chunked-prefill-size 8192``."""
-        if isinstance(self.value, bool):
-            return self.flag
-        return f"{self.flag} {' '.join(self.value) if isinstance(self.value, list) else self.value}"
-
-
-def asked_values(argv: Sequence[str], parser: ParserInfo) -> dict[str, AskedValue]:
-    """What the argv asks of each field (argparse's ``dest``), read through the release's own parser."""
-    asked: dict[str, AskedValue] = {}
-    i = 0
-    while i < len(argv):
-        token = argv[i]
-        i += 1
-        if not token.startswith("--"):
-            continue
-        name, _, inline = token.partition("=")
-        flag = parser.canonical(name)
-        if flag is None:
-            continue
-        option = parser.options[flag]
-        if not option.takes_value:
-            asked[option.dest] = AskedValue(flag, not option.default if isinstance(option.default, bool) else True)
-            continue
-        values = [inline] if inline else []
-        while not inline and i < len(argv) and not argv[i].startswith("--"):
-            values.append(argv[i])
-            i += 1
-        asked[option.dest] = AskedValue(flag, values[0] if len(values) == 1 else values)
-    return asked
 
 
 def same_value(asked: str | list[str] | bool, value: Any) -> bool:
@@ -106,7 +67,7 @@ def decisions(resolution: Resolution, parser: ParserInfo) -> list[Decision]:
     (most performance-relevant first) and name."""
     if resolution.effective is None:
         return []
-    asked = asked_values(resolution.argv, parser)
+    asked = ParsedArgv(resolution.argv, parser).asked()
     # A switch that sets no default of its own (argparse.SUPPRESS) leaves the field's default to ServerArgs.
     defaults = {o.dest: o.default for o in parser.options.values() if o.default != argparse.SUPPRESS}
     found: list[Decision] = []
@@ -192,17 +153,5 @@ def config_and_model(resolution: Resolution) -> dict[str, Any]:
 
 def differing_flags(reference_argv: Sequence[str], argv: Sequence[str], parser: ParserInfo) -> list[AskedValue]:
     """The flags ``argv`` has that ``reference_argv`` does not have with the same value."""
-    reference = asked_values(reference_argv, parser)
-    return [a for dest, a in asked_values(argv, parser).items() if reference.get(dest) != a]
-
-
-def without_flag(argv: Sequence[str], flag: str, parser: ParserInfo) -> tuple[str, ...]:
-    """``argv`` with ``flag`` and its values taken out."""
-    kept: list[str] = []
-    skipping = False
-    for token in argv:
-        if token.startswith("--"):
-            skipping = parser.canonical(token.partition("=")[0]) == flag
-        if not skipping:
-            kept.append(token)
-    return tuple(kept)
+    reference = ParsedArgv(reference_argv, parser).asked()
+    return [a for dest, a in ParsedArgv(argv, parser).asked().items() if reference.get(dest) != a]

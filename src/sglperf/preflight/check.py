@@ -14,6 +14,7 @@ from sglperf.model.intent_names import DECODE_CUDA_GRAPH, PREFILL_CUDA_GRAPH
 from sglperf.model.resolution import Resolution
 from sglperf.model.verdict import Verdict
 from sglperf.preflight.resolver import Resolver
+from sglperf.sglang.argv import ParsedArgv, ParserInfo
 from sglperf.sglang.flags import SKIP_TOKENIZER_FLAG, FlagError, LaunchPlan, launch_plan, prefill_coverage_need
 from sglperf.sglang.intents import (
     DECODE_GRAPH,
@@ -21,7 +22,6 @@ from sglperf.sglang.intents import (
     PREFILL_GRAPH,
     Intent,
     IntentNotExpressible,
-    ParserInfo,
 )
 
 PREFLIGHT_FLAGS = (SKIP_TOKENIZER_FLAG,)
@@ -106,14 +106,14 @@ def check(deployment: Deployment, resolver: Resolver, variant_ids: Sequence[str]
                 error=resolution.error,
                 requested=name in c.variant.request,
                 hint=_hint(intent.name, expected, release.parser, architectures),
-                conflict=_own_flag_conflict(intent, expected, deployment, c.variant),
+                conflict=_own_flag_conflict(intent, expected, deployment, c.variant, release.parser),
                 warnings=c.launch.warnings,
                 caveats=caveats.get((c.variant.id, name), ()),
             )
             verdict = not_applicable(verdict, hf_config)
             args = resolution.effective_args
             if name == DECODE_CUDA_GRAPH and args is not None:
-                own = DECODE_GRAPH.own_size_flags(c.launch.argv)
+                own = DECODE_GRAPH.own_size_flags(ParsedArgv(c.launch.argv, release.parser))
                 verdict = coverage.judge_coverage(
                     verdict,
                     coverage.captured_in_args(args),
@@ -126,7 +126,7 @@ def check(deployment: Deployment, resolver: Resolver, variant_ids: Sequence[str]
                     coverage.captured_in_args(args, PREFILL_GRAPH),
                     coverage.prefill_needs(deployment, args.fields),
                     how_to_raise=_prefill_coverage_hint(deployment, c.variant, release.parser, c.launch.argv),
-                    own_flags=PREFILL_GRAPH.own_size_flags(c.launch.argv),
+                    own_flags=PREFILL_GRAPH.own_size_flags(ParsedArgv(c.launch.argv, release.parser)),
                 )
             c.verdicts.append(verdict)
     return checks
@@ -154,7 +154,9 @@ def _prefill_coverage_hint(deployment: Deployment, variant: Variant, parser: Par
     if need is None:
         # A prompt file's length is known in bytes only: the user picks the size.
         return f"raise it: {raise_argv[0]} N in the variant's args, N the longest prompt in tokens"
-    return _raise_hint(PREFILL_CUDA_GRAPH, raise_argv, variant, parser, PREFILL_GRAPH.own_size_flags(argv))
+    return _raise_hint(
+        PREFILL_CUDA_GRAPH, raise_argv, variant, parser, PREFILL_GRAPH.own_size_flags(ParsedArgv(argv, parser))
+    )
 
 
 def _raise_hint(intent: str, argv: Sequence[str], variant: Variant, parser: ParserInfo, own_flags: str) -> str:
@@ -188,7 +190,7 @@ def _overridden_rule(
     if intent.matches(requested, default):
         return ()  # SGLang does this anyway: nothing is overridden
     words = [f"without the request SGLang decides {intent.show(default)}: {r}" for r in explain(intent, args, default)]
-    for flag in _added_flags(asked, intent):
+    for flag in _added_flags(asked, intent, parser):
         help_text = parser.options[flag].help if flag in parser.options else ""
         if any(w in help_text.lower() for w in CAUTION_WORDS):
             words.append(f"SGLang's help for {flag}: {' '.join(help_text.split())[:200]}")
@@ -196,13 +198,15 @@ def _overridden_rule(
     return tuple(words)
 
 
-def _added_flags(asked: LaunchPlan | None, intent: Intent) -> list[str]:
+def _added_flags(asked: LaunchPlan | None, intent: Intent, parser: ParserInfo) -> list[str]:
     if asked is None:
         return []
-    return [a.split("=", 1)[0] for a in asked.argv if a.split("=", 1)[0] in intent.flag_names]
+    return [o.name for o in ParsedArgv(asked.argv, parser).among(intent.flag_names)]
 
 
-def _own_flag_conflict(intent: Intent, expected: Any, deployment: Deployment, variant: Variant) -> str:
+def _own_flag_conflict(
+    intent: Intent, expected: Any, deployment: Deployment, variant: Variant, parser: ParserInfo
+) -> str:
     """Advice when the user's own flags set the intent against the expectation: the conflict is in their
     file, and asking SGLang for the intent would only add a flag that contradicts theirs."""
     if not isinstance(expected, bool):
@@ -211,12 +215,13 @@ def _own_flag_conflict(intent: Intent, expected: Any, deployment: Deployment, va
         ("the variant's own flags", variant.flags),
         ("the deployment's [launch] extra_flags", deployment.launch.extra_flags),
     ):
-        for token in flags:
-            flag = token.split("=", 1)[0]
+        for option in ParsedArgv(flags, parser):
+            flag = option.name
             if flag in intent.known_flags and bool(intent.known_flags[flag]) != expected:
                 turns = "on" if intent.known_flags[flag] else "off"
+                written = option.written if option.written == flag else f"{option.written} (SGLang reads {flag})"
                 return (
-                    f"{flag} in {where} turns it {turns}: remove it there, or put expect = {{ {intent.name} = "
+                    f"{written} in {where} turns it {turns}: remove it there, or put expect = {{ {intent.name} = "
                     f"{str(not expected).lower()} }} in this variant"
                 )
     return ""

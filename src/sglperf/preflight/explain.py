@@ -11,19 +11,17 @@ from __future__ import annotations
 import dataclasses
 
 from sglperf.judge.decisions import (
-    asked_values,
     config_and_model,
     decisions,
     differing_flags,
     field_changes,
-    without_flag,
 )
 from sglperf.model.deployment import Deployment, DeploymentError
 from sglperf.model.explanation import Explanation, FlagEffect, VariantComparison
 from sglperf.model.resolution import FieldChange
 from sglperf.preflight.check import PREFLIGHT_FLAGS, VariantCheck, check, config_digest
 from sglperf.preflight.resolver import PreflightError, Resolver
-from sglperf.sglang.intents import ParserInfo
+from sglperf.sglang.argv import ParsedArgv, ParserInfo
 
 
 def _failure(c: VariantCheck) -> str | None:
@@ -39,7 +37,8 @@ def _asked_by(
 ) -> list[FieldChange]:
     """Each change with the flags that asked for either side's value."""
     assert reference.resolution is not None and c.resolution is not None
-    before, after = asked_values(reference.resolution.argv, parser), asked_values(c.resolution.argv, parser)
+    before = ParsedArgv(reference.resolution.argv, parser).asked()
+    after = ParsedArgv(c.resolution.argv, parser).asked()
     return [
         dataclasses.replace(
             change,
@@ -58,7 +57,7 @@ def _compare(
     assert mine.effective is not None and theirs.effective is not None
     changes = field_changes(config_and_model(theirs), config_and_model(mine), theirs.writes, mine.writes)
     added = [a for a in differing_flags(theirs.argv, mine.argv, parser) if a.flag not in PREFLIGHT_FLAGS]
-    jobs = [(without_flag(mine.argv, a.flag, parser), c.launch.env) for a in added]
+    jobs = [(ParsedArgv(mine.argv, parser).without(a.flag), c.launch.env) for a in added]
     effects = []
     for asked, without in zip(added, resolver.resolve(jobs, salt=config_digest(deployment)), strict=True):
         flag = asked.spelled

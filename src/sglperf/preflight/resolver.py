@@ -32,7 +32,7 @@ from sglperf.model.process_exit import describe_exit
 from sglperf.model.progress import Progress, say_once, silent
 from sglperf.model.resolution import LogLine, ModelFacts, Resolution, SGLangError, Write
 from sglperf.sglang import envs
-from sglperf.sglang.intents import Option, ParserInfo
+from sglperf.sglang.argv import Option, ParserInfo
 from sglperf.sglang.processes import kill_group, run_bounded
 
 T = TypeVar("T")

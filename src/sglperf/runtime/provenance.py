@@ -16,6 +16,7 @@ from sglperf.model.effective_config import EffectiveConfigRecord
 from sglperf.model.measurement import Provenance
 from sglperf.model.server_facts import ServerFacts
 from sglperf.runtime import gpus
+from sglperf.sglang.argv import ParsedArgv
 from sglperf.sglang.config_fields import flatten
 from sglperf.sglang.flags import LOAD_FORMAT_FLAG
 from sglperf.sglang.metrics_catalogue import METRICS_FIELD
@@ -118,10 +119,8 @@ def _kv_pool_tokens(effective: Mapping[str, Any]) -> int | None:
 
 
 def uses_dummy_weights(argv: Sequence[str]) -> bool:
-    return any(
-        (a == LOAD_FORMAT_FLAG and i + 1 < len(argv) and argv[i + 1] == "dummy") or a == f"{LOAD_FORMAT_FLAG}=dummy"
-        for i, a in enumerate(argv)
-    )
+    load_format = ParsedArgv(argv).find(LOAD_FORMAT_FLAG)  # argparse keeps the last one given
+    return load_format is not None and load_format.value == "dummy"
 
 
 @functools.lru_cache(maxsize=1)

@@ -32,6 +32,7 @@ from sglperf.session.measurement import Measurement
 from sglperf.session.preflight_session import PreflightSession, deployment_key
 from sglperf.session.running import LiveOptions, LiveSkip, RunningVariant
 from sglperf.sglang import batch_log, envs, metrics_catalogue, modelsize
+from sglperf.sglang.argv import ParsedArgv
 from sglperf.sglang.cpu_shim import AMX_NOTE
 from sglperf.sglang.flags import LaunchPlan, launch_plan
 from sglperf.sglang.intents import DECODE_GRAPH, PREFILL_GRAPH
@@ -421,10 +422,9 @@ def _with_decode_log_interval(
     """The launch with SGLang's decode log interval set so that every measured round logs decode batches
     (`sglperf.sglang.batch_log`), and that interval; a deployment's own setting is kept as it is."""
     flag = batch_log.DECODE_LOG_INTERVAL_FLAG
-    own = next((i for i, token in enumerate(launch.argv) if token.split("=", 1)[0] == flag), None)
+    own = ParsedArgv(launch.argv).find(flag)
     if own is not None:
-        token = launch.argv[own]
-        value = token.split("=", 1)[1] if "=" in token else (launch.argv[own + 1] if own + 1 < len(launch.argv) else "")
+        value = own.value or ""
         return launch, int(value) if value.isdigit() else None
     if not release_has(flag) or not deployment.workloads:
         return launch, None
@@ -441,7 +441,7 @@ def _with_server_metrics(
     flag = metrics_catalogue.METRICS_FLAG
     if not deployment.launch.server_metrics:
         return launch, "server metrics not read: the deployment sets launch.server_metrics = false"
-    if any(token.split("=", 1)[0] == flag for token in launch.argv):
+    if ParsedArgv(launch.argv).find(flag) is not None:
         return launch, None
     if not release_has(flag):
         return launch, f"server metrics not read: this SGLang release has no {flag}"

@@ -21,7 +21,7 @@ from importlib import resources
 
 from packaging.version import Version
 
-from sglperf.sglang.intents import ParserInfo
+from sglperf.sglang.argv import ParserInfo
 
 SHIPPED_FILE = "deprecations.json"
 

@@ -17,6 +17,7 @@ from sglperf.errors import SglperfError
 from sglperf.model.deployment import Deployment, DraftModel, Variant
 from sglperf.model.graph_coverage import workload_prefills
 from sglperf.model.intent_names import DECODE_CUDA_GRAPH, PREFILL_CUDA_GRAPH, SPECULATIVE
+from sglperf.sglang.argv import ParsedArgv, ParserInfo
 from sglperf.sglang.deprecations import DeprecationLedger, flag_of
 from sglperf.sglang.intents import (
     DECODE_GRAPH,
@@ -25,7 +26,6 @@ from sglperf.sglang.intents import (
     PREFILL_GRAPH,
     SPECULATIVE_SETTINGS,
     IntentNotExpressible,
-    ParserInfo,
     replacement_for,
 )
 
@@ -63,29 +63,13 @@ class LaunchPlan:
         return f"{env} {cmd}".strip()
 
 
-def _flag_tokens(argv: list[str], parser: ParserInfo) -> list[str]:
-    """The option tokens of an argv (values skipped by what the parser says each option takes)."""
-    flags = []
-    expect_value = False
-    for token in argv:
-        if token.startswith("--"):
-            flags.append(token.split("=", 1)[0])
-            canonical = parser.canonical(flags[-1])
-            option = parser.options.get(canonical) if canonical else None
-            expect_value = bool(option and option.takes_value and "=" not in token)
-        elif expect_value:
-            expect_value = False
-        # further bare tokens belong to nargs="+" options; argparse itself has the last word
-    return flags
-
-
 def check_flags(argv: list[str], parser: ParserInfo, where: str, architectures: tuple[str, ...] = ()) -> list[str]:
     """Raise FlagError for flags this release rejects; return warnings for deprecated ones."""
     warnings = []
-    for flag in _flag_tokens(argv, parser):
-        canonical = parser.canonical(flag)
-        if canonical is None:
-            raise FlagError(_unknown_flag_message(flag, parser, where, architectures))
+    for option in ParsedArgv(argv, parser):
+        if not option.known:
+            raise FlagError(_unknown_flag_message(option.written, parser, where, architectures))
+        canonical = option.name
         if parser.options[canonical].deprecated:
             replacement = replacement_for(canonical, parser, architectures) or parser.options[canonical].replacement
             hint = f"; use {replacement}" if replacement else ""
@@ -94,7 +78,7 @@ def check_flags(argv: list[str], parser: ParserInfo, where: str, architectures: 
 
 
 def _unknown_flag_message(flag: str, parser: ParserInfo, where: str, architectures: tuple[str, ...]) -> str:
-    ambiguous = [o for o in parser.options if o.startswith(flag)]
+    ambiguous = parser.abbreviates(flag)
     if ambiguous:
         return f"{where}: {flag} is ambiguous in SGLang {parser.version} (could be {', '.join(sorted(ambiguous))})"
     replacement = replacement_for(flag, parser, architectures)
@@ -178,7 +162,7 @@ def _decode_coverage_flags(deployment: Deployment, raw: list[str], parser: Parse
     workload bounds its batch."""
     decode = DECODE_GRAPH
     need = deployment.largest_in_flight()
-    if need is None or decode.own_size_flags(raw):
+    if need is None or decode.own_size_flags(ParsedArgv(raw, parser)):
         return []
     try:
         return decode.coverage_flags(need, parser, deployment.runner.is_cpu)
@@ -190,11 +174,8 @@ def _refuse_runner_only_draft(raw: list[str], where: str) -> None:
     """A draft path in raw flags that exists only on the runner: SGLang would try it as a Hugging Face
     repo id here and fail four times over; say in one line where it belongs."""
     flag = SPECULATIVE_SETTINGS.DRAFT_MODEL_FLAG
-    for i, token in enumerate(raw):
-        name, _, inline = token.partition("=")
-        if name != flag:
-            continue
-        path = inline or (raw[i + 1] if i + 1 < len(raw) else "")
+    for option in ParsedArgv(raw).among((flag,)):
+        path = option.value or ""
         if path.startswith(("/", "~", ".")) and not os.path.exists(os.path.expanduser(path)):
             raise FlagError(
                 f"{where}: {flag} {path}: a path on the runner, which preflight cannot read here; declare it as "
@@ -230,7 +211,7 @@ def _prefill_coverage_flags(deployment: Deployment, raw: list[str], parser: Pars
     """A request for the prefill graph asks for it on and captured up to the workloads' longest prompt;
     nothing when the variant's own flags fix the sizes or no prompt length is known in tokens."""
     need = prefill_coverage_need(deployment)
-    if need is None or PREFILL_GRAPH.own_size_flags(raw):
+    if need is None or PREFILL_GRAPH.own_size_flags(ParsedArgv(raw, parser)):
         return []
     try:
         return PREFILL_GRAPH.coverage_flags(need, parser)
@@ -241,24 +222,18 @@ def _prefill_coverage_flags(deployment: Deployment, raw: list[str], parser: Pars
 def merge_model_overrides(argv: list[str], where: str) -> list[str]:
     """One --json-model-override-args holding every override: SGLang keeps only the last occurrence,
     so a requested intent must not silently replace the deployment's own overrides."""
+    parsed = ParsedArgv(argv)
+    overrides = parsed.among((MODEL_OVERRIDE_FLAG,))
+    if not overrides:
+        return argv
     merged: dict[str, object] = {}
-    rest: list[str] = []
-    found = False
-    i = 0
-    while i < len(argv):
-        token = argv[i]
-        if token == MODEL_OVERRIDE_FLAG or token.startswith(MODEL_OVERRIDE_FLAG + "="):
-            text = token.split("=", 1)[1] if "=" in token else (argv[i + 1] if i + 1 < len(argv) else "")
-            i += 1 if "=" in token else 2
-            try:
-                value = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise FlagError(f"{where}: {MODEL_OVERRIDE_FLAG} {text!r} is not JSON ({exc})") from None
-            if not isinstance(value, dict):
-                raise FlagError(f"{where}: {MODEL_OVERRIDE_FLAG} must be a JSON object, got {text!r}")
-            merged.update(value)
-            found = True
-            continue
-        rest.append(token)
-        i += 1
-    return [*rest, MODEL_OVERRIDE_FLAG, json.dumps(merged, sort_keys=True)] if found else rest
+    for option in overrides:
+        text = option.value or ""
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise FlagError(f"{where}: {MODEL_OVERRIDE_FLAG} {text!r} is not JSON ({exc})") from None
+        if not isinstance(value, dict):
+            raise FlagError(f"{where}: {MODEL_OVERRIDE_FLAG} must be a JSON object, got {text!r}")
+        merged.update(value)
+    return [*parsed.without(MODEL_OVERRIDE_FLAG, values=1), MODEL_OVERRIDE_FLAG, json.dumps(merged, sort_keys=True)]

@@ -25,6 +25,7 @@ from sglperf.model.intent_names import (
     VISION_WEIGHTS_SKIPPED,
 )
 from sglperf.model.resolution import ModelFacts
+from sglperf.sglang.argv import ParsedArgv, ParserInfo
 
 # Overrides for the checkpoint's config.json, as a JSON object (every release the suite knows).
 MODEL_OVERRIDE_FLAG = "--json-model-override-args"
@@ -32,45 +33,6 @@ MODEL_OVERRIDE_FLAG = "--json-model-override-args"
 
 class IntentNotExpressible(SglperfError):
     """The installed release has no flag for this intent."""
-
-
-@dataclass(frozen=True)
-class Option:
-    """What the installed release's argparse says about one flag."""
-
-    dest: str
-    choices: tuple[str, ...] | None = None
-    default: Any = None
-    takes_value: bool = True
-    deprecated: bool = False
-    help: str = ""
-    # The release's own words when the flag is deprecated: the replacement its parser names (e.g.
-    # "--cuda-graph-backend-prefill=breakable") and the message it prints when the flag is used.
-    replacement: str | None = None
-    deprecation_message: str | None = None
-
-
-@dataclass(frozen=True)
-class ParserInfo:
-    """The installed release's server-args parser, as introspected by the probe."""
-
-    version: str
-    options: Mapping[str, Option]
-    language_model_only_architectures: tuple[str, ...] | None = None
-
-    def has(self, flag: str) -> bool:
-        return flag in self.options
-
-    def accepts(self, flag: str, value: str) -> bool:
-        opt = self.options.get(flag)
-        return opt is not None and (opt.choices is None or value in opt.choices)
-
-    def canonical(self, flag: str) -> str | None:
-        """The option ``flag`` means here: exact, or argparse's unique-prefix abbreviation."""
-        if flag in self.options:
-            return flag
-        matches = [o for o in self.options if o.startswith(flag)]
-        return matches[0] if len(matches) == 1 else None
 
 
 @dataclass(frozen=True)
@@ -190,20 +152,6 @@ def _captured_sizes(effective: Mapping[str, Any], fields: Sequence[str]) -> tupl
     return None
 
 
-def _own_flags(argv: Sequence[str], flags: Sequence[str]) -> str:
-    """The argv's flags among ``flags``, with their values, as written ("" when none)."""
-    shown: list[str] = []
-    taking = False
-    for token in argv:
-        if token.startswith("--"):
-            taking = token.split("=", 1)[0] in flags
-            if taking:
-                shown.append(token)
-        elif taking:
-            shown.append(token)
-    return " ".join(shown)
-
-
 def _raise_to(flags: Sequence[str], value: int, parser: ParserInfo, what: str) -> list[str]:
     """The first of ``flags`` this release accepts, set to ``value``."""
     chosen = _first_usable([_Spelling(f) for f in flags], parser)
@@ -269,9 +217,9 @@ class PrefillCudaGraph(_Boolean):
         """The token sizes the prefill graph will be captured for, and the field read."""
         return _captured_sizes(effective, self.SIZES_FIELDS)
 
-    def own_size_flags(self, argv: Sequence[str]) -> str:
+    def own_size_flags(self, argv: ParsedArgv) -> str:
         """A variant's own flags that fix the prefill graph's token sizes, as written ("" when none)."""
-        return _own_flags(argv, self.SIZES_FLAGS)
+        return argv.shown(self.SIZES_FLAGS)
 
     def coverage_flags(self, tokens: int, parser: ParserInfo) -> list[str]:
         """The flags that make this release capture the prefill graph up to ``tokens`` (rounded up to a
@@ -329,9 +277,9 @@ class DecodeCudaGraph(_Boolean):
         """The batch sizes the decode graph will be captured for, and the field read."""
         return _captured_sizes(effective, self.SIZES_FIELDS)
 
-    def own_size_flags(self, argv: Sequence[str]) -> str:
+    def own_size_flags(self, argv: ParsedArgv) -> str:
         """A variant's own flags that fix the decode graph's sizes, as written ("" when none)."""
-        return _own_flags(argv, self.SIZES_FLAGS)
+        return argv.shown(self.SIZES_FLAGS)
 
     def coverage_flags(self, batch: int, parser: ParserInfo, cpu: bool) -> list[str]:
         """The flags that make this release capture the decode graph up to ``batch``."""
