@@ -21,8 +21,8 @@ from sglperf.model.verdict import Status
 from sglperf.preflight import VariantCheck
 from sglperf.sglang.argv import ParsedArgv, ParserInfo
 from sglperf.sglang.config_fields import OTHER
-from sglperf.sglang.deprecations import DeprecationLedger, flag_of
-from sglperf.sglang.intents import INTENTS, replacement_for
+from sglperf.sglang.deprecations import Deprecation, DeprecationLedger, flag_of, replacement
+from sglperf.sglang.intents import INTENTS
 
 NUMBER = re.compile(r"\d+(\.\d+)?")
 
@@ -33,9 +33,9 @@ class FlagChange:
     change: str  # "removed", "deprecated", "renamed"
     used_by: tuple[str, ...]  # variants (or "intent <name>") that use it on the old release
     replacement: str | None
-    # Where the replacement comes from: "SGLang X's parser" (its own deprecation), "intent" (how
-    # sglperf spells the intent on the new release) or "SGLang X-Y's deprecation" (a release in between
-    # named it: the deprecation ledger).
+    # Where the replacement comes from (sglperf.sglang.deprecations.Replacement.source): "SGLang X's parser"
+    # (the new release's own deprecation), "SGLang X-Y's deprecation" (what the releases said, followed to a
+    # spelling the new release takes) or "intent" (how sglperf spells the intent on the new release).
     source: str | None = None
     release_says: str | None = None  # the deprecation message in the releases' own words
 
@@ -115,7 +115,8 @@ class UpgradeReport:
 def flag_changes(
     old: ParserInfo, new: ParserInfo, old_checks: Sequence[VariantCheck], architectures: tuple[str, ...]
 ) -> list[FlagChange]:
-    """Flags the deployments use on the old release, plus every spelling the intents know."""
+    """Flags the deployments use on the old release, plus every spelling the intents know: those the new
+    release removed (renamed, when the releases' own words name what it accepts instead) or deprecates."""
     users: dict[str, set[str]] = {}
     for check in old_checks:
         if check.launch is not None:
@@ -128,46 +129,25 @@ def flag_changes(
     ledger = DeprecationLedger.shipped().with_parsers(old, new)
     changes = []
     for flag, used_by in sorted(users.items()):
-        users_ = tuple(sorted(used_by))
         new_flag = new.canonical(flag)
         if new_flag is None:
-            said = _release_says(flag, old)
-            if said is not None:
-                changes.append(FlagChange(flag, "removed", users_, *said))
-            elif (spelled := replacement_for(flag, new, architectures)) is not None:
-                changes.append(FlagChange(flag, "removed", users_, spelled, "intent"))
-            elif (chain := _ledger_chain(flag, ledger, new)) is not None:
-                changes.append(FlagChange(flag, "renamed", users_, *chain))
-            else:
-                changes.append(FlagChange(flag, "removed", users_, None))
+            instead = replacement(flag, new, ledger, architectures)
+            change = "renamed" if instead is not None and instead.from_releases else "removed"
         elif new.options[new_flag].deprecated and not old.options[flag].deprecated:
-            said = _release_says(new_flag, new)
-            if said is not None:
-                changes.append(FlagChange(flag, "deprecated", users_, *said))
-            elif (spelled := replacement_for(flag, new, architectures)) is not None:
-                changes.append(FlagChange(flag, "deprecated", users_, spelled, "intent"))
-            else:
-                changes.append(FlagChange(flag, "deprecated", users_, None))
+            instead, change = replacement(new_flag, new, ledger, architectures), "deprecated"
+        else:
+            continue
+        changes.append(
+            FlagChange(
+                flag,
+                change,
+                tuple(sorted(used_by)),
+                instead.spelled if instead else None,
+                instead.source if instead else None,
+                instead.release_says if instead else None,
+            )
+        )
     return changes
-
-
-def _ledger_chain(flag: str, ledger: DeprecationLedger, new: ParserInfo) -> tuple[str, str, str | None] | None:
-    """(replacement, source, messages) from the releases that deprecated ``flag`` and its successors, when
-    the chain ends at a spelling ``new`` accepts."""
-    links = ledger.chain(flag, accepted_by=new)
-    if not links or new.canonical(flag_of(links[-1].replacement)) is None:
-        return None
-    source = " then ".join(f"SGLang {link.releases}'s deprecation" for link in links)
-    said = " / ".join(link.message.strip() for link in links if link.message)
-    return links[-1].replacement, source, said or None
-
-
-def _release_says(flag: str, parser: ParserInfo) -> tuple[str, str, str | None] | None:
-    """(replacement, source, message) from a release's own deprecation of ``flag``, if it names one."""
-    option = parser.options.get(flag)
-    if option is None or not option.deprecated or not option.replacement:
-        return None
-    return option.replacement, f"SGLang {parser.version}'s parser", option.deprecation_message
 
 
 def _warnings(check: VariantCheck) -> dict[str, str]:
@@ -336,14 +316,6 @@ class Transition:
     rule: str = ""
 
 
-@dataclass(frozen=True)
-class FlagLink:
-    release: str  # where the release's own parser names the replacement
-    flag: str
-    replacement: str
-    release_says: str | None = None
-
-
 @dataclass
 class WalkReport:
     from_version: str
@@ -351,7 +323,8 @@ class WalkReport:
     walked: list[str] = field(default_factory=list)  # every release resolved, in order
     unresolved: list[str] = field(default_factory=list)  # "0.5.17: why"
     transitions: list[Transition] = field(default_factory=list)
-    chains: dict[str, list[FlagLink]] = field(default_factory=dict)  # a flag the target lacks -> its links
+    # A flag the target lacks -> what the walked releases' own parsers said of it, link by link.
+    chains: dict[str, list[Deprecation]] = field(default_factory=dict)
     chain_ends_accepted: dict[str, bool] = field(default_factory=dict)  # does the target accept the chain's end
 
     def to_record(self) -> dict[str, Any]:
@@ -383,22 +356,6 @@ def _intent_rule(name: str, check: VariantCheck) -> str:
         return ""
     rules = [r for r in explain_intent(intent, args, reading.value) if r.startswith("SGLang rule")]
     return rules[0] if rules else f"no rule wrote it: {reading.source}"
-
-
-def _flag_chain(flag: str, steps: Sequence[ReleaseStep]) -> list[FlagLink]:
-    """Follow ``flag`` through the releases' own deprecations: each release that deprecates the spelling in
-    hand and names its replacement is a link; the chain then follows the replacement."""
-    links: list[FlagLink] = []
-    current = flag
-    for step in steps:
-        if step.parser is None:
-            continue
-        option = step.parser.options.get(current)
-        if option is not None and option.deprecated and option.replacement:
-            replacement = flag_of(option.replacement)
-            links.append(FlagLink(step.version, current, option.replacement, option.deprecation_message))
-            current = replacement
-    return links
 
 
 def walk_releases(steps: Sequence[ReleaseStep], report: UpgradeReport) -> WalkReport:
@@ -447,13 +404,14 @@ def walk_releases(steps: Sequence[ReleaseStep], report: UpgradeReport) -> WalkRe
                         write.describe() if write else "",
                     )
                 )
+    said = DeprecationLedger().with_parsers(*(s.parser for s in steps))
+    target = steps[-1].parser
     for flag_change in report.flags:
         if flag_change.change in ("removed", "renamed"):
-            links = _flag_chain(flag_change.flag, steps)
+            links = said.chain(flag_change.flag)
             if links:
-                walk.chains[flag_change.flag] = links
+                walk.chains[flag_change.flag] = list(links)
                 end = flag_of(links[-1].replacement)
-                target = steps[-1].parser
                 walk.chain_ends_accepted[flag_change.flag] = target is not None and target.canonical(end) is not None
     return walk
 
@@ -465,7 +423,7 @@ def render_walk(walk: WalkReport) -> str:
         lines += ["", "Flags the target lacks, through the releases' own deprecations"]
         for flag, links in walk.chains.items():
             said = " -> ".join(
-                f"{link.replacement} ({link.release} deprecated {link.flag} and named it)" for link in links
+                f"{link.replacement} ({link.first} deprecated {link.flag} and named it)" for link in links
             )
             end = (
                 f"accepted by {walk.to_version}"

@@ -10,7 +10,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sglperf.sglang.argv import Option, ParserInfo
-from sglperf.sglang.deprecations import Deprecation, DeprecationLedger, deprecations_of, flag_of
+from sglperf.sglang.deprecations import (
+    Deprecation,
+    DeprecationLedger,
+    accepts_spelling,
+    deprecations_of,
+    flag_of,
+    replacement,
+)
 from sglperf.sglang.flags import FlagError, check_flags
 
 
@@ -87,3 +94,37 @@ def test_the_shipped_ledger_round_trips() -> None:
     shipped = DeprecationLedger.shipped()
     assert len(shipped.entries) >= 20
     assert DeprecationLedger(Deprecation(**raw) for raw in json.loads(shipped.to_json())).entries == shipped.entries
+
+
+def test_one_precedence_the_targets_words_then_the_releases_then_the_intent() -> None:
+    backends = ("breakable", "full", "disabled")
+    ledger = DeprecationLedger(
+        [Deprecation("--enforce-piecewise-cuda-graph", "--cuda-graph-backend-prefill=tc_piecewise", "0.5.14", "0.5.19")]
+    )
+    # 0.5.22+ refuses tc_piecewise: the releases' chain is no answer there, sglperf's spelling of the intent is.
+    target = ParserInfo("0.5.23", {"--cuda-graph-backend-prefill": Option(dest="p", choices=backends)})
+    found = replacement("--enforce-piecewise-cuda-graph", target, ledger)
+    assert found is not None and not found.from_releases and found.source == "intent"
+    assert found.spelled.startswith("--cuda-graph-backend-prefill breakable")
+    # Where the value is taken, the releases' words win over sglperf's spelling.
+    earlier = ParserInfo(
+        "0.5.21", {"--cuda-graph-backend-prefill": Option(dest="p", choices=(*backends, "tc_piecewise"))}
+    )
+    found = replacement("--enforce-piecewise-cuda-graph", earlier, ledger)
+    assert found is not None and found.spelled == "--cuda-graph-backend-prefill=tc_piecewise"
+    assert found.source == "SGLang 0.5.14-0.5.19's deprecation"
+    # The target's own deprecation wins over what the ledger's newer releases said.
+    own = Option(
+        dest="e", deprecated=True, replacement="--cuda-graph-backend-prefill=breakable", deprecation_message="m"
+    )
+    itself = ParserInfo("0.5.16", {"--enforce-piecewise-cuda-graph": own, "--cuda-graph-backend-prefill": Option("p")})
+    found = replacement("--enforce-piecewise-cuda-graph", itself, ledger)
+    assert found is not None and found.own and found.source == "SGLang 0.5.16's parser" and found.release_says == "m"
+    assert replacement("--no-such-flag", target, ledger) is None
+
+
+def test_a_replacement_is_taken_only_with_a_value_the_option_allows() -> None:
+    parser = ParserInfo("1", {"--b": Option(dest="b", choices=("x", "y")), "--c": Option(dest="c")})
+    assert accepts_spelling(parser, "--b=x") and accepts_spelling(parser, "--b y") and accepts_spelling(parser, "--b")
+    assert not accepts_spelling(parser, "--b=z") and not accepts_spelling(parser, "--d")
+    assert accepts_spelling(parser, "--c <anything>")  # no fixed set of values: the words stand

@@ -9,6 +9,11 @@ replacement its release named, the first and last release seen declaring it, and
 Nothing in it is written by hand. The shipped copy (``deprecations.json`` beside this module) is written
 by ``ci/refresh-deprecations.py`` from the releases' own parsers and checked against a real release by
 tests/sglang/test_deprecations.py; a parser at hand (the old release of an upgrade check) adds to it.
+
+``replacement`` is the one answer to "what do I write instead of this flag on that release", for preflight's
+refusals and warnings and for upgrade-check alike, with one precedence: what the releases said (the target's
+own deprecation, then the chain of older releases' deprecations to a spelling the target accepts), and only
+then how sglperf spells the intent the flag asked for.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from importlib import resources
 from packaging.version import Version
 
 from sglperf.sglang.argv import ParserInfo
+from sglperf.sglang.intents import replacement_for as intent_spelling
 
 SHIPPED_FILE = "deprecations.json"
 
@@ -115,3 +121,65 @@ class DeprecationLedger:
 def _shipped_entries() -> tuple[Deprecation, ...]:
     text = resources.files("sglperf.sglang").joinpath(SHIPPED_FILE).read_text(encoding="utf-8")
     return tuple(Deprecation(**raw) for raw in json.loads(text))
+
+
+def accepts_spelling(parser: ParserInfo, spelling: str) -> bool:
+    """Whether ``parser`` takes a replacement as a release wrote it: the option, and its value where the
+    option has a fixed set of them ("--cuda-graph-backend-prefill=tc_piecewise" is refused from 0.5.22)."""
+    option = parser.options.get(flag_of(spelling))
+    if option is None:
+        return False
+    rest = spelling[len(flag_of(spelling)) :].lstrip("= ")
+    return not rest or option.choices is None or rest in option.choices
+
+
+@dataclass(frozen=True)
+class Replacement:
+    """What to write instead of a flag on one release, and who says so: the releases' own deprecations
+    (``links``, oldest first), or sglperf's spelling of the intent the flag asked for (``links`` empty)."""
+
+    spelled: str
+    links: tuple[Deprecation, ...] = ()
+    own: bool = False  # the target release's own parser deprecates the flag and names this
+
+    @property
+    def from_releases(self) -> bool:
+        return bool(self.links)
+
+    @property
+    def source(self) -> str:
+        """Where it comes from, in a few words."""
+        if not self.links:
+            return "intent"
+        if self.own:
+            return f"SGLang {self.links[0].first}'s parser"
+        return " then ".join(f"SGLang {link.releases}'s deprecation" for link in self.links)
+
+    @property
+    def release_says(self) -> str | None:
+        """The releases' messages, as they print them."""
+        said = " / ".join(link.message.strip() for link in self.links if link.message)
+        return said or None
+
+    def describe(self) -> str:
+        """One clause naming the replacement and its source."""
+        if not self.links:
+            return self.spelled
+        return f"{self.spelled} ({'; then '.join(link.describe() for link in self.links)})"
+
+
+def replacement(
+    flag: str, target: ParserInfo, ledger: DeprecationLedger | None = None, architectures: tuple[str, ...] = ()
+) -> Replacement | None:
+    """What to write instead of ``flag`` on ``target``: the target's own deprecation of it; else the chain of
+    what older releases said, when it ends at a spelling the target takes; else how sglperf spells the intent
+    ``flag`` asks for; None when nobody knows."""
+    option = target.options.get(flag)
+    if option is not None and option.deprecated and option.replacement:
+        own = Deprecation(flag, option.replacement, target.version, target.version, option.deprecation_message)
+        return Replacement(option.replacement, (own,), own=True)
+    links = (ledger or DeprecationLedger.shipped()).chain(flag, accepted_by=target)
+    if links and accepts_spelling(target, links[-1].replacement):
+        return Replacement(links[-1].replacement, links)
+    spelled = intent_spelling(flag, target, architectures)
+    return Replacement(spelled) if spelled is not None else None

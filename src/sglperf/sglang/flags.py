@@ -18,7 +18,7 @@ from sglperf.model.deployment import Deployment, DraftModel, Variant
 from sglperf.model.graph_coverage import workload_prefills
 from sglperf.model.intent_names import DECODE_CUDA_GRAPH, PREFILL_CUDA_GRAPH, SPECULATIVE
 from sglperf.sglang.argv import ParsedArgv, ParserInfo
-from sglperf.sglang.deprecations import DeprecationLedger, flag_of
+from sglperf.sglang.deprecations import replacement
 from sglperf.sglang.intents import (
     DECODE_GRAPH,
     INTENTS,
@@ -26,7 +26,6 @@ from sglperf.sglang.intents import (
     PREFILL_GRAPH,
     SPECULATIVE_SETTINGS,
     IntentNotExpressible,
-    replacement_for,
 )
 
 MODEL_PATH_FLAG = "--model-path"
@@ -69,11 +68,10 @@ def check_flags(argv: list[str], parser: ParserInfo, where: str, architectures: 
     for option in ParsedArgv(argv, parser):
         if not option.known:
             raise FlagError(_unknown_flag_message(option.written, parser, where, architectures))
-        canonical = option.name
-        if parser.options[canonical].deprecated:
-            replacement = replacement_for(canonical, parser, architectures) or parser.options[canonical].replacement
-            hint = f"; use {replacement}" if replacement else ""
-            warnings.append(f"{where}: {canonical} is deprecated in SGLang {parser.version}{hint}")
+        if parser.options[option.name].deprecated:
+            instead = replacement(option.name, parser, architectures=architectures)
+            hint = f"; use {instead.spelled}" if instead else ""
+            warnings.append(f"{where}: {option.name} is deprecated in SGLang {parser.version}{hint}")
     return warnings
 
 
@@ -81,28 +79,18 @@ def _unknown_flag_message(flag: str, parser: ParserInfo, where: str, architectur
     ambiguous = parser.abbreviates(flag)
     if ambiguous:
         return f"{where}: {flag} is ambiguous in SGLang {parser.version} (could be {', '.join(sorted(ambiguous))})"
-    replacement = replacement_for(flag, parser, architectures)
-    if replacement:
+    instead = replacement(flag, parser, architectures=architectures)
+    if instead is not None and instead.from_releases:
+        said = instead.describe()
+        return f"{where}: {flag} is not accepted by SGLang {parser.version} (removed); replacement: {said}"
+    if instead is not None:
         return (
             f"{where}: {flag} is not accepted by SGLang {parser.version} (removed or renamed); "
-            f"replacement: {replacement}"
+            f"replacement: {instead.spelled}"
         )
-    renamed = renamed_to(flag, parser)
-    if renamed is not None:
-        return f"{where}: {flag} is not accepted by SGLang {parser.version} (removed); {renamed}"
     close = difflib.get_close_matches(flag, list(parser.options), n=3, cutoff=0.75)
     hint = f"; similar flags: {', '.join(close)}" if close else "; no known replacement"
     return f"{where}: {flag} is not accepted by SGLang {parser.version}{hint}"
-
-
-def renamed_to(flag: str, parser: ParserInfo, ledger: DeprecationLedger | None = None) -> str | None:
-    """What became of ``flag``, a spelling ``parser`` lacks, by the older releases' own deprecations: the
-    replacement chain up to a spelling this release accepts, or None when the ledger has no chain to one."""
-    links = (ledger or DeprecationLedger.shipped()).chain(flag, accepted_by=parser)
-    if not links or parser.canonical(flag_of(links[-1].replacement)) is None:
-        return None
-    said = "; then ".join(link.describe() for link in links)
-    return f"replacement: {links[-1].replacement} ({said})"
 
 
 def _applies(spec: str, version: str) -> bool:
