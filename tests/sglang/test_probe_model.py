@@ -16,8 +16,8 @@ import pytest
 from sglperf import preflight
 from sglperf.model.deployment import load
 from sglperf.model.resolution import Resolution
-from sglperf.preflight.resolver import Release
 from sglperf.sglang import envs
+from sglperf.sglang.argv import Release
 
 from ..support.probe_answers import MODEL_FACTS, answer
 from ..support.project import NEW_SGLANG, OLD_SGLANG, QWEN36, QWEN36_CONFIG, SglangPython

@@ -1,8 +1,9 @@
-"""Preflight of a deployment: plan each variant's argv for the release, resolve it, judge every intent."""
+"""Preflight's verdicts: every intent of each variant judged against what the release resolved for it
+(`resolve`), with SGLang's rules a request overrides as caveats, the graphs' coverage of the workloads, and
+how to ask for what is missing on this release."""
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,9 +14,9 @@ from sglperf.model.deployment import Deployment, Variant
 from sglperf.model.intent_names import DECODE_CUDA_GRAPH, PREFILL_CUDA_GRAPH
 from sglperf.model.resolution import Resolution
 from sglperf.model.verdict import Verdict
-from sglperf.preflight.resolver import Resolver
+from sglperf.preflight.resolve import ResolvedVariant, Resolves, resolve_variants
 from sglperf.sglang.argv import ParsedArgv, ParserInfo
-from sglperf.sglang.flags import SKIP_TOKENIZER_FLAG, FlagError, LaunchPlan, launch_plan, prefill_coverage_need
+from sglperf.sglang.flags import LaunchPlan, prefill_coverage_need
 from sglperf.sglang.intents import (
     DECODE_GRAPH,
     INTENTS,
@@ -23,8 +24,6 @@ from sglperf.sglang.intents import (
     Intent,
     IntentNotExpressible,
 )
-
-PREFLIGHT_FLAGS = (SKIP_TOKENIZER_FLAG,)
 
 
 @dataclass
@@ -38,98 +37,69 @@ class VariantCheck:
     verdicts: list[Verdict] = field(default_factory=list)
 
 
-def config_digest(deployment: Deployment) -> str:
-    return hashlib.sha256(deployment.config_path.read_bytes()).hexdigest()
+def check(deployment: Deployment, resolver: Resolves, variant_ids: Sequence[str] | None = None) -> list[VariantCheck]:
+    """Resolve and judge every (selected) variant of a deployment with one SGLang release."""
+    parser = resolver.release().parser
+    return [judge_variant(resolved, parser) for resolved in resolve_variants(deployment, resolver, variant_ids)]
 
 
-def check(deployment: Deployment, resolver: Resolver, variant_ids: Sequence[str] | None = None) -> list[VariantCheck]:
-    """Plan, resolve and judge every (selected) variant of a deployment with one SGLang release."""
-    release = resolver.release()
+def judge_variant(resolved: ResolvedVariant, parser: ParserInfo) -> VariantCheck:
+    """Every expectation of one resolved variant, judged."""
+    deployment, variant, launch, resolution = (
+        resolved.deployment,
+        resolved.variant,
+        resolved.launch,
+        resolved.resolution,
+    )
+    expectations = deployment.expectations_for(variant)
+    if launch is None or resolution is None:
+        message = resolved.plan_error or "its flags could not be planned for this release"
+        verdicts = [
+            judge_error(deployment.key, variant.id, name, expected, parser.version, message)
+            for name, expected in expectations.items()
+        ]
+        return VariantCheck(deployment, variant, None, None, verdicts)
     hf_config = deployment.hf_config()
     architectures = deployment.architectures
-    model_dir = str(deployment.config_path.parent)
-    checks: list[VariantCheck] = []
-    for variant in deployment.variants:
-        if variant_ids is not None and variant.id not in variant_ids:
-            continue
-        try:
-            launch = launch_plan(deployment, variant, release.parser, model_dir, architectures, on_runner=False)
-        except FlagError as exc:
-            verdicts = [
-                judge_error(deployment.key, variant.id, name, expected, release.version, str(exc))
-                for name, expected in deployment.expectations_for(variant).items()
-            ]
-            checks.append(VariantCheck(deployment, variant, None, None, verdicts))
-            continue
-        checks.append(VariantCheck(deployment, variant, launch, None))
-
-    planned = [c for c in checks if c.launch is not None]
-    jobs = [((*c.launch.argv, *PREFLIGHT_FLAGS), c.launch.env) for c in planned if c.launch]
-    # What SGLang would decide without each boolean request: when it differs, the request overrides one
-    # of SGLang's own rules, and the verdict carries that rule's words as a caveat.
-    unasked: list[tuple[VariantCheck, str, LaunchPlan]] = []
-    for c in planned:
-        for name, value in c.variant.request.items():
-            if isinstance(value, bool):
-                without = c.variant.model_copy(
-                    update={"request": {k: v for k, v in c.variant.request.items() if k != name}}
-                )
-                try:
-                    unasked.append(
-                        (
-                            c,
-                            name,
-                            launch_plan(deployment, without, release.parser, model_dir, architectures, on_runner=False),
-                        )
-                    )
-                except FlagError:
-                    continue
-    jobs += [((*p.argv, *PREFLIGHT_FLAGS), p.env) for _, _, p in unasked]
-    resolved = resolver.resolve(jobs, salt=config_digest(deployment))
-    caveats: dict[tuple[str, str], tuple[str, ...]] = {}
-    for (c, name, _), resolution in zip(unasked, resolved[len(planned) :]):
-        found = _overridden_rule(INTENTS[name], c.variant.request[name], resolution, release.parser, c.launch)
-        if found:
-            caveats[(c.variant.id, name)] = found
-    for c, resolution in zip(planned, resolved):
-        c.resolution = resolution
-        assert c.launch is not None
-        for name, expected in deployment.expectations_for(c.variant).items():
-            intent = INTENTS[name]
-            verdict = judge(
-                deployment.key,
-                c.variant.id,
-                intent,
-                expected,
-                resolution.effective_args,
-                release.version,
-                error=resolution.error,
-                requested=name in c.variant.request,
-                hint=_hint(intent.name, expected, release.parser, architectures),
-                conflict=_own_flag_conflict(intent, expected, deployment, c.variant, release.parser),
-                warnings=c.launch.warnings,
-                caveats=caveats.get((c.variant.id, name), ()),
+    own = ParsedArgv(launch.argv, parser)
+    c = VariantCheck(deployment, variant, launch, resolution)
+    for name, expected in expectations.items():
+        intent = INTENTS[name]
+        unasked = resolved.unasked.get(name)
+        caveats = _overridden_rule(intent, variant.request[name], unasked, parser, launch) if unasked else ()
+        verdict = judge(
+            deployment.key,
+            variant.id,
+            intent,
+            expected,
+            resolution.effective_args,
+            parser.version,
+            error=resolution.error,
+            requested=name in variant.request,
+            hint=_hint(intent.name, expected, parser, architectures),
+            conflict=_own_flag_conflict(intent, expected, deployment, variant, parser),
+            warnings=launch.warnings,
+            caveats=caveats,
+        )
+        verdict = not_applicable(verdict, hf_config)
+        args = resolution.effective_args
+        if name == DECODE_CUDA_GRAPH and args is not None:
+            verdict = coverage.judge_coverage(
+                verdict,
+                coverage.captured_in_args(args),
+                coverage.workload_batches(deployment, coverage.max_running(args)),
+                how_to_raise=_coverage_hint(deployment, variant, parser, DECODE_GRAPH.own_size_flags(own)),
             )
-            verdict = not_applicable(verdict, hf_config)
-            args = resolution.effective_args
-            if name == DECODE_CUDA_GRAPH and args is not None:
-                own = DECODE_GRAPH.own_size_flags(ParsedArgv(c.launch.argv, release.parser))
-                verdict = coverage.judge_coverage(
-                    verdict,
-                    coverage.captured_in_args(args),
-                    coverage.workload_batches(deployment, coverage.max_running(args)),
-                    how_to_raise=_coverage_hint(deployment, c.variant, release.parser, own),
-                )
-            if name == PREFILL_CUDA_GRAPH and args is not None:
-                verdict = coverage.judge_prefill_coverage(
-                    verdict,
-                    coverage.captured_in_args(args, PREFILL_GRAPH),
-                    coverage.prefill_needs(deployment, args.fields),
-                    how_to_raise=_prefill_coverage_hint(deployment, c.variant, release.parser, c.launch.argv),
-                    own_flags=PREFILL_GRAPH.own_size_flags(ParsedArgv(c.launch.argv, release.parser)),
-                )
-            c.verdicts.append(verdict)
-    return checks
+        if name == PREFILL_CUDA_GRAPH and args is not None:
+            verdict = coverage.judge_prefill_coverage(
+                verdict,
+                coverage.captured_in_args(args, PREFILL_GRAPH),
+                coverage.prefill_needs(deployment, args.fields),
+                how_to_raise=_prefill_coverage_hint(deployment, variant, parser, own),
+                own_flags=PREFILL_GRAPH.own_size_flags(own),
+            )
+        c.verdicts.append(verdict)
+    return c
 
 
 def _coverage_hint(deployment: Deployment, variant: Variant, parser: ParserInfo, own_flags: str) -> str:
@@ -144,7 +114,7 @@ def _coverage_hint(deployment: Deployment, variant: Variant, parser: ParserInfo,
     return _raise_hint(DECODE_CUDA_GRAPH, argv, variant, parser, own_flags)
 
 
-def _prefill_coverage_hint(deployment: Deployment, variant: Variant, parser: ParserInfo, argv: Sequence[str]) -> str:
+def _prefill_coverage_hint(deployment: Deployment, variant: Variant, parser: ParserInfo, argv: ParsedArgv) -> str:
     """How to have the prefill graph captured up to the workloads' longest prompt on this release."""
     need = prefill_coverage_need(deployment)
     try:
@@ -154,9 +124,7 @@ def _prefill_coverage_hint(deployment: Deployment, variant: Variant, parser: Par
     if need is None:
         # A prompt file's length is known in bytes only: the user picks the size.
         return f"raise it: {raise_argv[0]} N in the variant's args, N the longest prompt in tokens"
-    return _raise_hint(
-        PREFILL_CUDA_GRAPH, raise_argv, variant, parser, PREFILL_GRAPH.own_size_flags(ParsedArgv(argv, parser))
-    )
+    return _raise_hint(PREFILL_CUDA_GRAPH, raise_argv, variant, parser, PREFILL_GRAPH.own_size_flags(argv))
 
 
 def _raise_hint(intent: str, argv: Sequence[str], variant: Variant, parser: ParserInfo, own_flags: str) -> str:

@@ -19,21 +19,21 @@ from sglperf.judge.decisions import (
 from sglperf.model.deployment import Deployment, DeploymentError
 from sglperf.model.explanation import Explanation, FlagEffect, VariantComparison
 from sglperf.model.resolution import FieldChange
-from sglperf.preflight.check import PREFLIGHT_FLAGS, VariantCheck, check, config_digest
-from sglperf.preflight.resolver import PreflightError, Resolver
+from sglperf.preflight.resolve import PREFLIGHT_FLAGS, ResolvedVariant, Resolves, config_digest, resolve_variants
+from sglperf.preflight.resolver import PreflightError
 from sglperf.sglang.argv import ParsedArgv, ParserInfo
 
 
-def _failure(c: VariantCheck) -> str | None:
+def _failure(c: ResolvedVariant) -> str | None:
     if c.resolution is None:
-        return next((v.detail for v in c.verdicts), "its flags could not be planned for this release")
+        return c.plan_error or "its flags could not be planned for this release"
     if c.resolution.error is not None:
         return f"SGLang refused it: {c.resolution.error.type}: {c.resolution.error.message}"
     return None
 
 
 def _asked_by(
-    changes: list[FieldChange], reference: VariantCheck, c: VariantCheck, parser: ParserInfo
+    changes: list[FieldChange], reference: ResolvedVariant, c: ResolvedVariant, parser: ParserInfo
 ) -> list[FieldChange]:
     """Each change with the flags that asked for either side's value."""
     assert reference.resolution is not None and c.resolution is not None
@@ -50,7 +50,7 @@ def _asked_by(
 
 
 def _compare(
-    deployment: Deployment, resolver: Resolver, parser: ParserInfo, reference: VariantCheck, c: VariantCheck
+    deployment: Deployment, resolver: Resolves, parser: ParserInfo, reference: ResolvedVariant, c: ResolvedVariant
 ) -> VariantComparison:
     assert reference.resolution is not None and c.resolution is not None and c.launch is not None
     mine, theirs = c.resolution, reference.resolution
@@ -77,16 +77,17 @@ def _compare(
 
 
 def explain(
-    deployment: Deployment, resolver: Resolver, variant_ids: list[str], against: str | None = None
+    deployment: Deployment, resolver: Resolves, variant_ids: list[str], against: str | None = None
 ) -> list[Explanation]:
     """Each selected variant's decisions on the resolver's release; with ``against``, each compared with that
     variant of the same deployment."""
     known = [v.id for v in deployment.variants]
-    for wanted in [*variant_ids, *([against] if against else [])]:
+    selected = [*variant_ids, *([against] if against else [])]
+    for wanted in selected:
         if wanted not in known:
             raise DeploymentError(f"{deployment.path}: no variant {wanted!r}; its variants: {', '.join(known)}")
     parser = resolver.release().parser
-    checks = {c.variant.id: c for c in check(deployment, resolver, [*variant_ids, *([against] if against else [])])}
+    checks = {c.variant.id: c for c in resolve_variants(deployment, resolver, selected, without_requests=False)}
     reference = checks.get(against) if against else None
     found = []
     for variant_id in variant_ids:

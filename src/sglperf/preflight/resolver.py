@@ -19,7 +19,6 @@ import subprocess
 import tempfile
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -32,7 +31,7 @@ from sglperf.model.process_exit import describe_exit
 from sglperf.model.progress import Progress, say_once, silent
 from sglperf.model.resolution import LogLine, ModelFacts, Resolution, SGLangError, Write
 from sglperf.sglang import envs
-from sglperf.sglang.argv import Option, ParserInfo
+from sglperf.sglang.argv import Option, ParserInfo, Release
 from sglperf.sglang.processes import kill_group, run_bounded
 
 T = TypeVar("T")
@@ -119,14 +118,6 @@ def resolution_from_probe(argv: Sequence[str], env: dict[str, str], raw: dict[st
         model=model_facts_from_probe(raw.get("model")),
         model_error=model_error,
     )
-
-
-@dataclass(frozen=True)
-class Release:
-    python: str
-    version: str
-    parser: ParserInfo
-    stubbed_modules: tuple[str, ...] = ()
 
 
 def _digest(payload: Any) -> str:

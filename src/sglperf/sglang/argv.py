@@ -58,6 +58,16 @@ class ParserInfo:
 
 
 @dataclass(frozen=True)
+class Release:
+    """The SGLang release an interpreter has, as preflight asked it: its version and its parser."""
+
+    python: str
+    version: str
+    parser: ParserInfo
+    stubbed_modules: tuple[str, ...] = ()  # GPU-only modules replaced by stubs so that it imports here
+
+
+@dataclass(frozen=True)
 class AskedValue:
     """What an argv asks of one field: the option (canonical) and its value as written (a switch: the
     value it stores)."""

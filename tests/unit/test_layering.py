@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "src" / "sglperf"
+PACKAGE = Path(__file__).resolve().parents[2] / "src" / "sglperf"
 
 # Lower numbers are lower layers; a package may import its own modules and any lower layer.
 LAYERS = {
