@@ -136,6 +136,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 def cmd_upgrade_check(args: argparse.Namespace) -> int:
     from sglperf import upgrade
+    from sglperf.reporting import upgrade as upgrade_text
 
     started = time.perf_counter()
     deployments = _deployments(args.deployments or [DEFAULT_DEPLOYMENTS])
@@ -148,7 +149,7 @@ def cmd_upgrade_check(args: argparse.Namespace) -> int:
     assert old_parser is not None and new_parser is not None  # discover() raises on no deployments
     report = upgrade.compare_releases(old_version, new_version, old_parser, new_parser, old_checks, new_checks)
     record = report.to_record()
-    text = upgrade.render(report)
+    text = upgrade_text.render(report)
     if args.walk:
         steps = [upgrade.ReleaseStep(old_version, old_parser, tuple(old_checks))]
         for version in envs.releases_between(old_version, new_version, _say):
@@ -161,7 +162,7 @@ def cmd_upgrade_check(args: argparse.Namespace) -> int:
         steps.append(upgrade.ReleaseStep(new_version, new_parser, tuple(new_checks)))
         walk = upgrade.walk_releases(steps, report)
         record["walk"] = walk.to_record()
-        text += "\n" + upgrade.render_walk(walk)
+        text += "\n" + upgrade_text.render_walk(walk)
     print(json.dumps(record, indent=2, sort_keys=True) if args.json else text)
     _say(f"upgrade-check took {time.perf_counter() - started:.1f} s")
     return EXIT_CHECK_FAILED if report.breaking else 0

@@ -11,6 +11,7 @@ from sglperf.model.deployment import Deployment, load
 from sglperf.model.resolution import LogLine, Resolution, Write
 from sglperf.model.verdict import Status, Verdict
 from sglperf.preflight.check import VariantCheck
+from sglperf.reporting import upgrade as upgrade_text
 from sglperf.sglang.argv import Option, ParserInfo
 from sglperf.sglang.flags import LaunchPlan
 
@@ -246,7 +247,7 @@ def test_the_releases_own_replacement_wins_and_is_quoted(deployment: Deployment)
         "SGLang 0.5.23's parser",
         None,
     )
-    lines = upgrade.render(r).splitlines()
+    lines = upgrade_text.render(r).splitlines()
     assert (
         "  --legacy-knob: renamed in 0.5.23 (used by qwen36/mtp3-full); "
         f'its new name is --new-knob, from SGLang 0.5.13\'s deprecation ("{said}")'
@@ -258,7 +259,7 @@ def test_the_releases_own_replacement_wins_and_is_quoted(deployment: Deployment)
 
 
 def test_render_tells_the_operator_what_changes(deployment: Deployment) -> None:
-    text = upgrade.render(report(deployment))
+    text = upgrade_text.render(report(deployment))
     lines = text.splitlines()
     assert lines[0] == "SGLang 0.5.13 -> 0.5.23"
     assert (
@@ -303,7 +304,7 @@ def test_render_of_a_quiet_upgrade(deployment: Deployment) -> None:
     old = [variant_check(deployment, "mtp1", OLD, passing, warnings=warnings)]
     new = [variant_check(deployment, "mtp1", NEW, passing, warnings=warnings)]
     r = upgrade.compare_releases(OLD, NEW, NEW_PARSER, NEW_PARSER, old, new)
-    text = upgrade.render(r)
+    text = upgrade_text.render(r)
     assert "Flags: no flag in use was removed, renamed or deprecated" in text
     for section in ("Would fail", "SGLang warnings", "Refused by", "BREAKS", "changed"):
         assert section not in text
@@ -316,7 +317,7 @@ def test_an_intent_failing_on_both_releases_still_would_fail(deployment: Deploym
     new = [variant_check(deployment, "mtp1", NEW, failing)]
     r = upgrade.compare_releases(OLD, NEW, NEW_PARSER, NEW_PARSER, old, new)
     assert [c.intent for c in r.breaking] == ["prefill_cuda_graph"] and r.changed == []
-    text = upgrade.render(r)
+    text = upgrade_text.render(r)
     assert "  qwen36/mtp1 prefill_cuda_graph: read from x" in text
     assert "BREAKS" not in text  # unchanged: not marked as news
 
@@ -408,7 +409,7 @@ def test_the_walk_names_the_release_of_each_change_with_its_rule_and_the_flags_r
     (link,) = walk.chains["--legacy-knob"]
     assert (link.first, link.replacement, link.message) == (mid, "--new-knob", "use --new-knob")
     assert walk.chain_ends_accepted == {"--legacy-knob": False}  # the target has no --new-knob either
-    text = upgrade.render_walk(walk)
+    text = upgrade_text.render_walk(walk)
     assert f"Releases walked: {OLD} -> {mid} -> {NEW}" in text
     assert f"  --legacy-knob -> --new-knob ({mid} deprecated --legacy-knob and named it); not accepted by {NEW}" in text
     assert f"    {mid}: cuda_graph_max_bs: 24 -> 48" in text

@@ -9,7 +9,7 @@ fast tier.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -50,6 +50,20 @@ def config_digest(deployment: Deployment) -> str:
     return hashlib.sha256(deployment.config_path.read_bytes()).hexdigest()
 
 
+def _without_each_request(variant: Variant, plan: Callable[[Variant], LaunchPlan]) -> list[tuple[str, LaunchPlan]]:
+    """The variant planned once without each of its boolean requests (those the release can spell)."""
+    found = []
+    for name, value in variant.request.items():
+        if not isinstance(value, bool):
+            continue
+        without = variant.model_copy(update={"request": {k: v for k, v in variant.request.items() if k != name}})
+        try:
+            found.append((name, plan(without)))
+        except FlagError:
+            continue
+    return found
+
+
 def resolve_variants(
     deployment: Deployment,
     resolver: Resolves,
@@ -74,19 +88,12 @@ def resolve_variants(
             planned.append((variant, plan(variant), None))
         except FlagError as exc:
             planned.append((variant, None, str(exc)))
-    unasked: list[tuple[str, str, LaunchPlan]] = []
-    for variant, launch, _ in planned:
-        if launch is None or not without_requests:
-            continue
-        for name, value in variant.request.items():
-            if isinstance(value, bool):
-                without = variant.model_copy(
-                    update={"request": {k: v for k, v in variant.request.items() if k != name}}
-                )
-                try:
-                    unasked.append((variant.id, name, plan(without)))
-                except FlagError:
-                    continue
+    unasked = [
+        (variant.id, name, without)
+        for variant, launch, _ in planned
+        if launch is not None and without_requests
+        for name, without in _without_each_request(variant, plan)
+    ]
     launches = [launch for _, launch, _ in planned if launch is not None] + [p for _, _, p in unasked]
     answers = iter(
         resolver.resolve([((*p.argv, *PREFLIGHT_FLAGS), p.env) for p in launches], salt=config_digest(deployment))
