@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from sglperf.errors import SglperfError
-from sglperf.model.deployment import load as load_deployment
-from sglperf.model.deployment import parse_hf_config
+from sglperf.model.deployment_file import load as load_deployment
+from sglperf.model.deployment_file import parse_hf_config
 from sglperf.model.files import GIB, os_problem, read_input
 from sglperf.model.intent_names import DECODE_CUDA_GRAPH, OVERLAP_SCHEDULE, PREFILL_CUDA_GRAPH, VISION_WEIGHTS_SKIPPED
 from sglperf.runtime.gpus import Inventory, visible_gpus

@@ -17,10 +17,10 @@ from sglperf.baselines.roofline import (
     embedding_bytes_per_gpu,
     weight_bytes_per_step,
 )
-from sglperf.model.deployment import RunnerProfile
 from sglperf.model.hardware import Bandwidth, memory_bandwidth, vendor_bandwidth
 from sglperf.model.measurement import Roofline
 from sglperf.model.resolution import ModelFacts
+from sglperf.model.runner_profile import RunnerProfile
 from sglperf.session.measurement import Measurement
 from sglperf.session.running import RunningVariant
 

@@ -18,7 +18,8 @@ from sglperf.judge.decisions import (
     field_changes,
     without_flag,
 )
-from sglperf.model.deployment import Deployment, DeploymentError
+from sglperf.model.deployment import Deployment
+from sglperf.model.deployment_file import DeploymentError
 from sglperf.model.explanation import Explanation, FlagEffect, VariantComparison
 from sglperf.model.resolution import FieldChange
 from sglperf.preflight.check import PREFLIGHT_FLAGS, VariantCheck, check, config_digest

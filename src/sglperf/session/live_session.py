@@ -16,7 +16,7 @@ from typing import Any
 from sglperf import preflight
 from sglperf.judge import coverage, live_evidence
 from sglperf.judge import divergence as args_divergence
-from sglperf.model.deployment import Deployment, LoadPoint, Variant, Workload
+from sglperf.model.deployment import Deployment, Variant
 from sglperf.model.files import os_problem, read_input
 from sglperf.model.graph_coverage import CapturedSizes
 from sglperf.model.measurement import MeasurementRecord
@@ -24,6 +24,7 @@ from sglperf.model.progress import Progress
 from sglperf.model.resolution import EffectiveArgs
 from sglperf.model.server_facts import ServerFacts
 from sglperf.model.verdict import Verdict
+from sglperf.model.workload import LoadPoint, Workload
 from sglperf.runtime import gpus, server, server_info
 from sglperf.runtime.attach import AttachedServer, AttachError, DeclaredGpus, attached_profile_problems, read_attached
 from sglperf.session.capacity_search import CapacityReport, CapacitySearch
