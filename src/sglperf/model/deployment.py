@@ -14,6 +14,7 @@ from typing import Any
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import Field, StrictBool, ValidationError, field_validator, model_validator
 
+from sglperf.model.checkpoint import CheckpointFacts
 from sglperf.model.deployment_fields import Deadline, EnvVars, FilePath, Slug, StrictTable
 from sglperf.model.intent_names import INTENT_NAMES, SPECULATIVE
 from sglperf.model.metrics import METRICS, with_inherited_floors
@@ -191,7 +192,7 @@ class Deployment(StrictTable):
 
     @property
     def architectures(self) -> tuple[str, ...]:
-        return tuple(self.hf_config().get("architectures", []))
+        return CheckpointFacts(self.hf_config()).architectures
 
     def hf_config(self) -> dict[str, Any]:
         """The model's config.json (checked readable and an object when the deployment was loaded)."""

@@ -3,7 +3,6 @@ and each field that is wrong and what is allowed, the files it names (config.jso
 
 from __future__ import annotations
 
-import json
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,7 @@ from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
 from sglperf.errors import SglperfError
+from sglperf.model.checkpoint import CheckpointFacts
 from sglperf.model.deployment import Deployment, Speculative, SpeculativeOverride
 from sglperf.model.deployment_fields import PATTERN_MEANING
 from sglperf.model.files import os_problem, read_input
@@ -140,21 +140,9 @@ def _check_files(deployment: Deployment) -> None:
             raise DeploymentError(f"{deployment.path}: workloads[{i}].prompts: {exc}") from None
 
 
-def parse_hf_config(text: str | bytes) -> dict[str, Any]:
-    """A model's config.json as preflight needs it: a JSON object naming its architectures; ValueError
-    says which of the two it is not."""
-    try:
-        data = json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
-        raise ValueError(f"is not valid JSON: {exc}") from None
-    if not isinstance(data, dict) or not isinstance(data.get("architectures"), list) or not data["architectures"]:
-        raise ValueError("has no 'architectures' list")
-    return data
-
-
 def _check_config_json(config: Path, text: str, where: str) -> None:
     try:
-        parse_hf_config(text)
+        CheckpointFacts.parse(text)
     except ValueError as exc:
         raise DeploymentError(f"{where}: {config} {exc}") from None
 

@@ -16,6 +16,7 @@ from typing import Any
 from sglperf import preflight
 from sglperf.judge import coverage, live_evidence
 from sglperf.judge import divergence as args_divergence
+from sglperf.model.checkpoint import CheckpointFacts
 from sglperf.model.deployment import Deployment, Variant
 from sglperf.model.files import os_problem, read_input
 from sglperf.model.graph_coverage import CapturedSizes
@@ -32,7 +33,7 @@ from sglperf.session.handles import ServerHandle, VariantRef
 from sglperf.session.measurement import Measurement
 from sglperf.session.preflight_session import PreflightSession, deployment_key
 from sglperf.session.running import LiveOptions, LiveSkip, RunningVariant
-from sglperf.sglang import batch_log, envs, metrics_catalogue, modelsize
+from sglperf.sglang import batch_log, envs, metrics_catalogue
 from sglperf.sglang.cpu_shim import AMX_NOTE
 from sglperf.sglang.flags import LaunchPlan, launch_plan
 from sglperf.sglang.intents import DECODE_GRAPH, PREFILL_GRAPH
@@ -271,7 +272,7 @@ class LiveSession:
         path = self.options.results_dir / "servers" / f"{name}.effective.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"sglang_version": version, "effective": check.resolution.effective}))
-        size = modelsize.model_size(hf_config)
+        size = CheckpointFacts(hf_config).size()
         mtp = deployment.speculative_for(check.variant) is not None
         config: dict[str, Any] = {
             "weight_gb_per_gpu": round(
