@@ -44,9 +44,9 @@ import numpy as np
 
 from sglperf.baselines import capacity, regression
 from sglperf.measure import meter
-from sglperf.model.deployment import Workload
 from sglperf.model.metrics import GOODPUT_SHARE
 from sglperf.model.prompts import load_prompts
+from sglperf.model.workload import Workload
 from sglperf.runtime.server import ServerSpec, launch
 from sglperf.testing.emulator.config import CONFIG_ENV
 

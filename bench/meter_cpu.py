@@ -71,7 +71,7 @@ import json, sys, time
 from pathlib import Path
 from sglperf.measure.meter import measure
 from sglperf.model.prompts import Message, Prompt, PromptSet
-from sglperf.model.deployment import Workload
+from sglperf.model.workload import Workload
 url, requests, concurrency, output_len = sys.argv[1], *map(int, sys.argv[2:5])
 prompts = tuple(
     Prompt(f"p{i}", (Message("user", f"Prompt {i}: describe a lighthouse at dusk."),)) for i in range(concurrency)

@@ -46,9 +46,9 @@ import numpy as np
 
 from sglperf.measure.meter import GpuGuard, measure
 from sglperf.measure.samples import RequestSample
-from sglperf.model.deployment import Workload
 from sglperf.model.gpu_telemetry import GpuLimits
 from sglperf.model.prompts import Message, Prompt, PromptSet
+from sglperf.model.workload import Workload
 from sglperf.runtime.gpu_telemetry import open_probe
 from sglperf.testing.emulator.config import CONFIG_ENV, EmulatorConfig
 from sglperf.testing.emulator.timing import chunk_plan, expected_accept_length, plan_request, prompt_tokens_of_text

@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from sglperf.measure import meter
-from sglperf.model.deployment import Workload
 from sglperf.model.prompts import Message, Prompt, PromptSet
+from sglperf.model.workload import Workload
 from sglperf.runtime.server import ServerSpec, launch
 from sglperf.sglang.intents import Speculative
 from sglperf.testing.emulator.config import CONFIG_ENV

@@ -39,9 +39,9 @@ import numpy as np
 from sglperf.baselines import regression
 from sglperf.baselines.sequential import SequentialPlan
 from sglperf.measure.meter import measure
-from sglperf.model.deployment import Workload
 from sglperf.model.metrics import METRICS, MetricOutcome
 from sglperf.model.prompts import Message, Prompt, PromptSet
+from sglperf.model.workload import Workload
 from sglperf.runtime.server import ServerSpec, launch
 from sglperf.sglang.intents import Speculative
 from sglperf.testing.emulator.config import CONFIG_ENV

@@ -58,9 +58,9 @@ import numpy as np
 from sglperf.baselines import regression
 from sglperf.baselines.stats import DEFAULT_ALPHA, DEFAULT_SAMPLES, compare_samples
 from sglperf.measure import meter
-from sglperf.model.deployment import Workload
 from sglperf.model.metrics import METRICS, Direction, MetricOutcome
 from sglperf.model.prompts import load_prompts
+from sglperf.model.workload import Workload
 from sglperf.runtime.server import ServerSpec, launch
 from sglperf.testing.emulator.config import CONFIG_ENV
 

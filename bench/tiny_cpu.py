@@ -12,8 +12,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from sglperf.model.deployment import Deployment, Workload, load
+from sglperf.model.deployment import Deployment
+from sglperf.model.deployment_file import load
 from sglperf.model.prompts import PromptSet, load_prompts
+from sglperf.model.workload import Workload
 from sglperf.session import LiveOptions, LiveSession, PreflightSession
 from sglperf.session.running import RunningVariant
 from sglperf.sglang import envs

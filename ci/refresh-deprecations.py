@@ -14,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from sglperf.model.deployment import RunnerProfile
+from sglperf.model.runner_profile import RunnerProfile
 from sglperf.preflight import Resolver
 from sglperf.sglang import envs
 from sglperf.sglang.argv import ParserInfo

@@ -15,10 +15,12 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from sglperf.baselines.store import BaselineError
     from sglperf.errors import SglperfError
-    from sglperf.model.deployment import Deployment, DeploymentError, Variant, Workload
-    from sglperf.model.deployment import load as load_deployment
+    from sglperf.model.deployment import Deployment, Variant
+    from sglperf.model.deployment_file import DeploymentError
+    from sglperf.model.deployment_file import load as load_deployment
     from sglperf.model.measurement import MeasurementRecord
     from sglperf.model.verdict import Status, Verdict
+    from sglperf.model.workload import Workload
     from sglperf.plugin.user_tests import Measure, assert_baseline
     from sglperf.session.handles import EffectiveArgsView, ServerHandle, VariantRef
 
@@ -27,8 +29,8 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     # deployments
     "Deployment": ("sglperf.model.deployment", "Deployment"),
     "Variant": ("sglperf.model.deployment", "Variant"),
-    "Workload": ("sglperf.model.deployment", "Workload"),
-    "load_deployment": ("sglperf.model.deployment", "load"),
+    "Workload": ("sglperf.model.workload", "Workload"),
+    "load_deployment": ("sglperf.model.deployment_file", "load"),
     # users' own tests on the fixtures
     "VariantRef": ("sglperf.session.handles", "VariantRef"),
     "ServerHandle": ("sglperf.session.handles", "ServerHandle"),
@@ -41,7 +43,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "Status": ("sglperf.model.verdict", "Status"),
     # errors
     "SglperfError": ("sglperf.errors", "SglperfError"),
-    "DeploymentError": ("sglperf.model.deployment", "DeploymentError"),
+    "DeploymentError": ("sglperf.model.deployment_file", "DeploymentError"),
     "BaselineError": ("sglperf.baselines.store", "BaselineError"),
 }
 

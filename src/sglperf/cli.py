@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, get_args
 
 from sglperf.errors import SglperfError
-from sglperf.model.deployment import CpuKernel, Deployment, discover
+from sglperf.model.deployment import Deployment
+from sglperf.model.deployment_file import discover
+from sglperf.model.runner_profile import CpuKernel
 from sglperf.sglang import envs
 
 # Each command imports what only it uses, in its own body: the history store, the statistics (numpy) and

@@ -9,7 +9,7 @@ base it had before the root existed, so ``except ValueError:`` and ``except OSEr
 
     SglperfError                                                when raised
     ├── cli.UsageError (ValueError)                             an option or argument the command cannot use
-    ├── model.deployment.DeploymentError (ValueError)           a deployment file unreadable or invalid
+    ├── model.deployment_file.DeploymentError (ValueError)      a deployment file unreadable or invalid
     ├── model.files.InputFileError (OSError)                    an input that is a device, a FIFO or too large
     ├── model.files.OutsideFolderError (ValueError)             a name that would put a file outside its folder
     ├── sglang.flags.FlagError (ValueError)                     a flag or intent the release cannot take

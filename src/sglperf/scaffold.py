@@ -13,28 +13,22 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from sglperf.errors import SglperfError
-from sglperf.model.deployment import load as load_deployment
-from sglperf.model.deployment import parse_hf_config
-from sglperf.model.files import GIB, os_problem, read_input
+from sglperf.model.checkpoint import CheckpointFacts
+from sglperf.model.deployment_file import load as load_deployment
+from sglperf.model.files import os_problem, read_input
 from sglperf.model.intent_names import DECODE_CUDA_GRAPH, OVERLAP_SCHEDULE, PREFILL_CUDA_GRAPH, VISION_WEIGHTS_SKIPPED
 from sglperf.runtime.gpus import Inventory, visible_gpus
-from sglperf.sglang.intents import VISION
-from sglperf.sglang.modelsize import MOE_KEYS, model_size
 
 # Lines a repository using sglperf keeps out of git: each run's results folder, and the lock files that
 # guard a baseline while a run writes it.
 GITIGNORE_LINES = ("results/", "baselines/**/*.lock")
 # The weights may take this share of a GPU's memory; the rest is the KV cache and the graphs' buffers.
 WEIGHT_SHARE = 0.6
-# Keys of an MTP head in a checkpoint's config (DeepSeek V3 / MiMo / GLM: num_nextn_predict_layers;
-# Qwen3.5 and 3.6: mtp_num_hidden_layers), at the top or in text_config.
-MTP_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers")
 PYTEST_CONFIGS = (("pytest.ini", "[pytest]"), ("pyproject.toml", "[tool.pytest.ini_options]"),
                   ("tox.ini", "[pytest]"), ("setup.cfg", "[tool:pytest]"))  # fmt: skip
 PYTEST_INI = """[pytest]
@@ -103,19 +97,7 @@ class InitResult:
     notes: list[str] = field(default_factory=list)
 
 
-@dataclass(frozen=True)
-class ModelFacts:
-    """What the deployment file's choices rest on, read from config.json."""
-
-    architectures: tuple[str, ...]
-    vision: bool
-    moe: bool
-    mtp_layers: int
-    weight_gib: float | None  # None: sglperf cannot count this architecture's parameters
-    size_problem: str | None
-
-
-def read_config(model: Path, what: str = "model") -> tuple[Path, dict[str, Any], bytes]:
+def read_config(model: Path, what: str = "model") -> tuple[Path, CheckpointFacts, bytes]:
     """The config.json of a model folder (or the file itself), checked: a JSON object with architectures."""
     path = model / "config.json" if model.is_dir() else model
     try:
@@ -125,33 +107,10 @@ def read_config(model: Path, what: str = "model") -> tuple[Path, dict[str, Any],
     except OSError as exc:
         raise InitError(f"{path}: cannot read it: {os_problem(exc)}") from None
     try:
-        data = parse_hf_config(raw)
+        checkpoint = CheckpointFacts.parse(raw)
     except ValueError as exc:
         raise InitError(f"{path}: {exc}: is it the {what}'s config.json?") from None
-    return path, data, raw
-
-
-def _sections(config: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    text = config.get("text_config")
-    return [config, text] if isinstance(text, Mapping) else [config]
-
-
-def model_facts(config: Mapping[str, Any]) -> ModelFacts:
-    sections = _sections(config)
-    mtp = max((int(s.get(k) or 0) for s in sections for k in MTP_KEYS), default=0)
-    weight_gib, problem = None, None
-    try:
-        weight_gib = model_size(config).total_params * model_size(config).dtype_bytes / GIB
-    except ValueError as exc:
-        problem = str(exc)
-    return ModelFacts(
-        architectures=tuple(map(str, config["architectures"])),
-        vision=VISION.not_applicable(config) is None,
-        moe=any(s.get(k) for s in sections for k in MOE_KEYS),
-        mtp_layers=mtp,
-        weight_gib=weight_gib,
-        size_problem=problem,
-    )
+    return path, checkpoint, raw
 
 
 def slug(name: str) -> str:
@@ -249,21 +208,23 @@ def _ask_capability(ask: Ask) -> str:
     raise InitError("the compute capability needs the form 8.9")
 
 
-def choose_tp(facts: ModelFacts, gpus: RunnerGpus, asked: int | None) -> tuple[int, str]:
+def choose_tp(checkpoint: CheckpointFacts, gpus: RunnerGpus, asked: int | None) -> tuple[int, str]:
     """Tensor-parallel size and why: the fewest GPUs (a power of two) whose memory holds the weights with
     room for the KV cache; all of them when the weights cannot be counted."""
     if asked is not None:
         if not 1 <= asked <= gpus.count:
             raise InitError(f"--tp {asked}: the runner has {gpus.count} GPU(s)")
         return asked, "as given (--tp)"
-    if facts.weight_gib is None:
-        return gpus.count, f"every GPU: sglperf cannot count this model's weights ({facts.size_problem})"
+    try:
+        weight_gib = checkpoint.size().weight_gib
+    except ValueError as exc:
+        return gpus.count, f"every GPU: sglperf cannot count this model's weights ({exc})"
     tp = 1
-    while tp < gpus.count and facts.weight_gib / tp > WEIGHT_SHARE * gpus.memory_gib:
+    while tp < gpus.count and weight_gib / tp > WEIGHT_SHARE * gpus.memory_gib:
         tp *= 2
     tp = min(tp, gpus.count)
-    need = facts.weight_gib / tp
-    why = f"weights {facts.weight_gib:.1f} GiB, {need:.1f} GiB per GPU of {gpus.memory_gib:g} GiB"
+    need = weight_gib / tp
+    why = f"weights {weight_gib:.1f} GiB, {need:.1f} GiB per GPU of {gpus.memory_gib:g} GiB"
     if need > WEIGHT_SHARE * gpus.memory_gib:
         why += f": more than {WEIGHT_SHARE:.0%} of each GPU even on all of them, so expect little KV cache"
     return tp, why
@@ -272,11 +233,11 @@ def choose_tp(facts: ModelFacts, gpus: RunnerGpus, asked: int | None) -> tuple[i
 def draft_choice(request: InitRequest) -> tuple[DraftChoice, bytes] | None:
     if request.draft is None:
         return None
-    path, config, raw = read_config(request.draft, "draft model")
+    path, checkpoint, raw = read_config(request.draft, "draft model")
     served = request.draft_served_path or (str(request.draft.resolve()) if request.draft.is_dir() else None)
     if served is None:
         raise InitError(f"--draft {request.draft}: a config.json, not a folder: give --draft-served-path too")
-    names = " ".join(map(str, config["architectures"])).lower()
+    names = " ".join(checkpoint.architectures).lower()
     algorithm = "EAGLE3" if "eagle3" in names else "EAGLE" if "eagle" in names else "STANDALONE"
     return DraftChoice(path, served, algorithm), raw
 
@@ -288,13 +249,13 @@ def _toml(value: str) -> str:
 def deployment_text(
     key: str,
     served_path: str,
-    facts: ModelFacts,
+    checkpoint: CheckpointFacts,
     gpus: RunnerGpus,
     tp: tuple[int, str],
     runner_name: str,
     draft: DraftChoice | None,
 ) -> str:
-    arch = ", ".join(facts.architectures)
+    arch = ", ".join(checkpoint.architectures)
     lines = [
         f"# Written by `sglperf init` from {arch}'s config.json. Every field: sglperf docs, Deployments.",
         f"description = {_toml(f'{arch} on {gpus.count}x {gpus.name}, TP {tp[0]}')}",
@@ -325,7 +286,7 @@ def deployment_text(
         'id = "defaults"',
         'description = "SGLang\'s defaults for this model and runner"',
     ]
-    if facts.vision:
+    if checkpoint.vision_config_keys:
         lines += [
             "",
             "# The checkpoint has a vision tower. Served text-only, its weights are memory for nothing: this variant",
@@ -335,10 +296,10 @@ def deployment_text(
             'description = "vision weights skipped"',
             f"request = {{ {VISION_WEIGHTS_SKIPPED} = true }}",
         ]
-    if facts.mtp_layers:
+    if checkpoint.mtp_layers:
         lines += [
             "",
-            f"# The checkpoint carries an MTP head ({facts.mtp_layers} layer(s)): speculative decoding with it.",
+            f"# The checkpoint carries an MTP head ({checkpoint.mtp_layers} layer(s)): speculative decoding with it.",
             "[[variants]]",
             'id = "mtp3"',
             'description = "MTP, 3 steps, 4 draft tokens"',
@@ -362,7 +323,7 @@ def deployment_text(
             f"served_path = {_toml(draft.served_path)}",
             f'config = "../models/{key}-draft/config.json"',
         ]
-    if facts.moe:
+    if checkpoint.moe:
         lines += [
             "",
             "# A mixture-of-experts model: single-batch overlap is an intent SGLang acts on here",
@@ -431,16 +392,15 @@ def _gitignore(root: Path, result: InitResult) -> None:
 def init(request: InitRequest, ask: Ask | None = None, inventory: Callable[[], Inventory] = visible_gpus) -> InitResult:
     """Write deployments/KEY.toml, models/KEY/config.json (and the draft's), prompts/chat.jsonl, a
     pytest.ini where the repository has no pytest configuration, and the .gitignore lines."""
-    config_path, config, raw = read_config(request.model)
+    config_path, checkpoint, raw = read_config(request.model)
     key = request.key or slug(config_path.parent.name)
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", key):
         raise InitError(f"--key {key!r}: letters, digits, '.', '_' and '-' only (it names files and test ids)")
     served = request.served_path or (str(request.model.resolve()) if request.model.is_dir() else None)
     if served is None:
         raise InitError(f"{request.model}: a config.json, not a model folder: give --served-path (the runner's path)")
-    facts = model_facts(config)
     gpus = runner_gpus(request, ask, inventory)
-    tp = choose_tp(facts, gpus, request.tp_size)
+    tp = choose_tp(checkpoint, gpus, request.tp_size)
     draft = draft_choice(request)
     runner_name = request.runner_name or slug(f"{gpus.count}x{gpus.name.removeprefix('NVIDIA ')}")
     root = request.root
@@ -454,7 +414,7 @@ def init(request: InitRequest, ask: Ask | None = None, inventory: Callable[[], I
     prompts = root / "prompts" / "chat.jsonl"
     if not prompts.exists():
         _new_file(prompts, _prompts_text(), result)
-    _new_file(deployment, deployment_text(key, served, facts, gpus, tp, runner_name, draft and draft[0]), result)
+    _new_file(deployment, deployment_text(key, served, checkpoint, gpus, tp, runner_name, draft and draft[0]), result)
     if (existing := _pytest_config(root)) is None:
         _new_file(root / "pytest.ini", PYTEST_INI, result)
     else:

@@ -147,7 +147,7 @@ Workload.load_from_prompts("chat.jsonl")
 ```
 
 ```python
-from sglperf.model.deployment import Workload
+from sglperf.model.workload import Workload
 
 print(Workload)
 ```
@@ -217,7 +217,7 @@ def test_a_typo_in_a_subcommand_is_reported(broken: tuple[list[str], Path]) -> N
 
 def test_the_other_planted_mistakes_are_each_reported(broken: tuple[list[str], Path]) -> None:
     problems, page = broken
-    assert any("imports sglperf.model.deployment: use the public API" in p for p in _at(problems, page, 14))
+    assert any("imports sglperf.model.workload: use the public API" in p for p in _at(problems, page, 14))
     assert _at(problems, page, 20) == [f"{page}:20: <!-- not-run: --> needs a reason (why no test runs this block)"]
     assert any("tests/no_such_test.py is not a file" in p for p in _at(problems, page, 25))
     assert any(

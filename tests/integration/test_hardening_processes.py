@@ -27,7 +27,7 @@ from sglperf import cli
 from sglperf.baselines import store
 from sglperf.measure import meter
 from sglperf.measure.samples import MeterError
-from sglperf.model.deployment import load
+from sglperf.model.deployment_file import load
 from sglperf.runtime import server, server_info
 from sglperf.runtime.http_deadline import TooLargeError, get_within
 from sglperf.runtime.server import ServerSpec, ServerStartError

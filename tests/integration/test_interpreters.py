@@ -14,7 +14,7 @@ import pytest
 
 from sglperf import preflight
 from sglperf.cli import main
-from sglperf.model.deployment import load
+from sglperf.model.deployment_file import load
 from sglperf.preflight import resolver as resolver_module
 from sglperf.sglang import envs, metrics_catalogue
 

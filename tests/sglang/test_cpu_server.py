@@ -25,7 +25,8 @@ import pytest
 from sglperf.baselines import server_moves, store
 from sglperf.judge import batch_evidence, live_evidence
 from sglperf.measure.samples import HostBusyError
-from sglperf.model.deployment import Deployment, load
+from sglperf.model.deployment import Deployment
+from sglperf.model.deployment_file import load
 from sglperf.model.intent_names import DECODE_CUDA_GRAPH, OVERLAP_SCHEDULE
 from sglperf.model.measurement import BaselineStatus
 from sglperf.model.prompts import load_prompts

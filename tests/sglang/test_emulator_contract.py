@@ -27,7 +27,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from sglperf.measure import meter
-from sglperf.model.deployment import load
+from sglperf.model.deployment_file import load
 from sglperf.model.prompts import load_prompts
 from sglperf.session import LiveOptions, LiveSession, PreflightSession
 from sglperf.sglang import envs, metrics_catalogue

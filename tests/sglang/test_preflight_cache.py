@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from sglperf import preflight
-from sglperf.model.deployment import Deployment, load
+from sglperf.model.deployment import Deployment
+from sglperf.model.deployment_file import load
 from sglperf.model.verdict import Status
 from sglperf.sglang import envs
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from sglperf import preflight
-from sglperf.model.deployment import load
+from sglperf.model.deployment_file import load
 from sglperf.model.verdict import Status, Verdict
 
 from ..support.project import NEW_SGLANG, OLD_SGLANG, QWEN36, ROOT, SglangPython

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from sglperf import preflight
-from sglperf.model.deployment import load
+from sglperf.model.deployment_file import load
 from sglperf.model.resolution import Resolution
 from sglperf.sglang import envs
 from sglperf.sglang.argv import Release

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from sglperf.measure.synthetic import SyntheticPromptsError, TokenizerSource, cache_path, prompt_set
-from sglperf.model.deployment import RandomPrompts, SharedPrefixPrompts
 from sglperf.model.prompts import PromptSet
+from sglperf.model.workload import RandomPrompts, SharedPrefixPrompts
 from sglperf.testing import tiny_models
 
 from ..support.project import NEW_SGLANG, SglangPython, make_project, with_workloads

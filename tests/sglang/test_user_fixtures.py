@@ -137,7 +137,7 @@ def outside_server(
 ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """An emulator started outside pytest, serving what preflight resolves for qwen36/mtp1."""
     from sglperf import preflight
-    from sglperf.model.deployment import load
+    from sglperf.model.deployment_file import load
     from sglperf.sglang.flags import launch_plan
 
     deployment = load(project.path / "deployments" / "qwen36.toml")

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from sglperf.model.deployment import CpuKernel, load
+from sglperf.model.deployment_file import load
+from sglperf.model.runner_profile import CpuKernel
 from sglperf.sglang import envs
 from sglperf.testing import tiny_models
 

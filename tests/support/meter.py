@@ -13,8 +13,8 @@ from typing import Any
 
 import httpx
 
-from sglperf.model.deployment import Workload
 from sglperf.model.prompts import Message, Prompt, PromptSet
+from sglperf.model.workload import Workload
 from sglperf.runtime.server import free_port
 from sglperf.testing.emulator.config import CONFIG_ENV
 

@@ -21,7 +21,7 @@ from sglperf.baselines.capacity import (
     sign_test_p,
     stop_above,
 )
-from sglperf.model.deployment import CAPACITY_MIN_ROUNDS, LoadPoint, Workload
+from sglperf.model.workload import CAPACITY_MIN_ROUNDS, LoadPoint, Workload
 
 
 def step(rate: float, met: int, n: int = 12, target: float = 0.9) -> RateStep:

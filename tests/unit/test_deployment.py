@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from sglperf.model.deployment import DeploymentError, Workload, discover, load
+from sglperf.model.deployment_file import DeploymentError, discover, load
 from sglperf.model.intent_names import SPECULATIVE
+from sglperf.model.workload import Workload
 from sglperf.sglang.flags import KV_POOL_CAP_FLAG
 
 from ..support.project import QWEN36, ROOT

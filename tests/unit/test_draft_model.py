@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sglperf.model.deployment import DeploymentError, load
+from sglperf.model.deployment_file import DeploymentError, load
 from sglperf.sglang.argv import Option, ParserInfo
 from sglperf.sglang.flags import FlagError, launch_plan
 

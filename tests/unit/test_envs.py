@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from sglperf.model import progress
-from sglperf.model.deployment import RunnerProfile
+from sglperf.model.runner_profile import RunnerProfile
 from sglperf.sglang import envs
 
 METADATA = """\

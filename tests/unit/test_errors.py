@@ -15,7 +15,7 @@ import pytest
 
 from sglperf import cli, errors
 from sglperf.errors import SglperfError
-from sglperf.model.deployment import load
+from sglperf.model.deployment_file import load
 from sglperf.plugin import items
 
 from ..support.project import QWEN36
@@ -165,7 +165,7 @@ def test_every_listed_exception_still_exists() -> None:
 def test_explained_errors_keep_their_builtin_base() -> None:
     """Callers that caught ValueError or OSError before the root existed still catch them."""
     from sglperf.baselines.store import BaselineMissing
-    from sglperf.model.deployment import DeploymentError
+    from sglperf.model.deployment_file import DeploymentError
     from sglperf.model.files import InputFileError
     from sglperf.preflight import PreflightError
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from sglperf.model.deployment import load
+from sglperf.model.deployment_file import load
 from sglperf.sglang.argv import Option, ParserInfo
 from sglperf.sglang.flags import FlagError, check_flags, launch_plan
 

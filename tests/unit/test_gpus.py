@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from sglperf.model.deployment import RunnerProfile
+from sglperf.model.runner_profile import RunnerProfile
 from sglperf.runtime import gpus
 from sglperf.runtime.gpus import (
     GPU,

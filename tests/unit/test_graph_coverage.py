@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from sglperf.judge import batch_evidence, coverage
 from sglperf.judge.intent import judge
-from sglperf.model.deployment import Deployment, load
+from sglperf.model.deployment import Deployment
+from sglperf.model.deployment_file import load
 from sglperf.model.graph_coverage import CapturedSizes, CaptureRule, WorkloadBatch
 from sglperf.model.intent_names import DECODE_CUDA_GRAPH
 from sglperf.model.resolution import EffectiveArgs, Write

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from sglperf import cli, preflight
 from sglperf.baselines import regression, store
-from sglperf.model.deployment import DeploymentError, load
+from sglperf.model.deployment_file import DeploymentError, load
 from sglperf.model.measurement import BaselineStatus
 from sglperf.model.server_facts import ServerFacts
 from sglperf.model.verdict import Status, Verdict

@@ -11,7 +11,7 @@ import pytest
 
 from sglperf import preflight
 from sglperf.cli import main
-from sglperf.model.deployment import load
+from sglperf.model.deployment_file import load
 from sglperf.session import LiveOptions, LiveSession, PreflightSession
 from sglperf.sglang import envs
 

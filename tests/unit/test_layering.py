@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "src" / "sglperf"
 LAYERS = {
     "errors": -1,  # the root of explained errors, under everything: every layer raises or catches it
     "model": 0,  # plain data
-    "sglang": 1,  # SGLang's spelling per release, environments, model sizes
+    "sglang": 1,  # SGLang's spelling per release, environments, what its weight memory says
     "judge": 2,  # verdicts from effective args, live evidence, drift
     "preflight": 3,  # SGLang's own resolution in a worker
     "runtime": 3,  # server processes, GPUs, introspection, provenance

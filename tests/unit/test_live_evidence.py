@@ -8,18 +8,18 @@ from typing import Any
 import pytest
 
 from sglperf.judge import live_evidence
+from sglperf.model.checkpoint import CheckpointFacts
 from sglperf.model.graph_coverage import CapturedSizes, CaptureRule, WorkloadBatch
 from sglperf.model.resolution import LogLine, ModelFacts
 from sglperf.model.server_facts import ServerFacts
 from sglperf.model.verdict import Status, Verdict
 from sglperf.sglang.intents import SpeculativeSettings
-from sglperf.sglang.modelsize import model_size
 
 from ..support.project import QWEN36_CONFIG
 
 CONFIG: dict[str, Any] = json.loads(QWEN36_CONFIG.read_text())
 TP = 2
-SIZE = model_size(CONFIG)
+SIZE = CheckpointFacts(CONFIG).size()
 TEXT_ONLY = SIZE.weight_gib_per_gpu(TP, vision=False, vision_replicated=False)
 WITH_VISION = SIZE.weight_gib_per_gpu(TP, vision=True, vision_replicated=False)
 SPEC = {

@@ -19,8 +19,8 @@ from sglperf.measure.samples import (
     round_stats,
     token_gaps,
 )
-from sglperf.model.deployment import LoadPoint, Slo, Workload
 from sglperf.model.metrics import METRICS, Direction
+from sglperf.model.workload import LoadPoint, Slo, Workload
 
 from ..support.baselines import provenance
 

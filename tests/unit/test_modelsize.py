@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from sglperf.sglang.modelsize import ModelSize, VisionEvidence, classify_weight_memory, model_size
+from sglperf.model.checkpoint import CheckpointFacts, ModelSize
+from sglperf.sglang.weight_memory import VisionEvidence, classify_weight_memory
 
 from ..support.project import QWEN36_CONFIG
 
@@ -81,7 +82,7 @@ def qwen36_config() -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def qwen36(qwen36_config: dict[str, Any]) -> ModelSize:
-    return model_size(qwen36_config)
+    return CheckpointFacts(qwen36_config).size()
 
 
 def test_qwen36_counts(qwen36: ModelSize) -> None:
@@ -108,25 +109,25 @@ def test_qwen36_weight_memory_at_tp2(qwen36: ModelSize) -> None:
 def test_layer_types_derived_from_interval(qwen36_config: dict[str, Any], qwen36: ModelSize) -> None:
     config = copy.deepcopy(qwen36_config)
     del config["text_config"]["layer_types"]
-    assert model_size(config) == qwen36
+    assert CheckpointFacts(config).size() == qwen36
 
 
 def test_text_only_export_of_the_hybrid(qwen36_config: dict[str, Any]) -> None:
-    size = model_size({**qwen36_config["text_config"], "model_type": "qwen3_5_text"})
+    size = CheckpointFacts({**qwen36_config["text_config"], "model_type": "qwen3_5_text"}).size()
     assert (size.text_params, size.vision_params, size.mtp_params) == (QWEN36_TEXT, 0, QWEN36_MTP)
 
 
 def test_generic_text_only_configs() -> None:
-    assert model_size(LLAMA3_8B) == ModelSize(8_030_261_248, 0, 0, 2)  # Meta-Llama-3-8B
-    assert model_size(QWEN25_05B) == ModelSize(494_032_768, 0, 0, 2)  # Qwen2.5-0.5B: tied, q/k/v biases
-    fp32 = model_size({**QWEN25_05B, "torch_dtype": "float32"})
+    assert CheckpointFacts(LLAMA3_8B).size() == ModelSize(8_030_261_248, 0, 0, 2)  # Meta-Llama-3-8B
+    assert CheckpointFacts(QWEN25_05B).size() == ModelSize(494_032_768, 0, 0, 2)  # Qwen2.5-0.5B: tied, q/k/v biases
+    fp32 = CheckpointFacts({**QWEN25_05B, "torch_dtype": "float32"}).size()
     assert fp32.dtype_bytes == 4
     assert fp32.weight_gib_per_gpu(1, vision=True, vision_replicated=True) == pytest.approx(494_032_768 * 4 / 2**30)
 
 
 def test_missing_keys_are_named() -> None:
     with pytest.raises(ValueError) as err:
-        model_size({"model_type": "llama", "hidden_size": 4096})
+        CheckpointFacts({"model_type": "llama", "hidden_size": 4096}).size()
     assert "missing keys: vocab_size, intermediate_size, num_hidden_layers, num_attention_heads" in str(err.value)
 
 
@@ -135,13 +136,13 @@ def test_missing_hybrid_keys_are_named(qwen36_config: dict[str, Any]) -> None:
     del config["text_config"]["linear_num_key_heads"]
     del config["vision_config"]["out_hidden_size"]
     with pytest.raises(ValueError) as err:
-        model_size(config)
+        CheckpointFacts(config).size()
     assert str(err.value).startswith(
         "config.json: cannot count parameters, missing keys: text_config.linear_num_key_heads, "
         "vision_config.out_hidden_size (supported: "
     )
     with pytest.raises(ValueError, match="missing keys: text_config"):
-        model_size({"model_type": "qwen3_5"})
+        CheckpointFacts({"model_type": "qwen3_5"}).size()
 
 
 @pytest.mark.parametrize(
@@ -156,7 +157,7 @@ def test_missing_hybrid_keys_are_named(qwen36_config: dict[str, Any]) -> None:
 )
 def test_unsupported_shapes(config: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        model_size(config)
+        CheckpointFacts(config).size()
 
 
 # --- classification ------------------------------------------------------------------------------

@@ -12,7 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sglperf.judge import batch_evidence, coverage, live_evidence
-from sglperf.model.deployment import Deployment, load
+from sglperf.model.deployment import Deployment
+from sglperf.model.deployment_file import load
 from sglperf.model.graph_coverage import CapturedSizes, CaptureRule, WorkloadPrefill, workload_prefills
 from sglperf.model.intent_names import PREFILL_CUDA_GRAPH
 from sglperf.model.prompts import TEMPLATE_TOKENS_PER_MESSAGE, Message, Prompt, load_prompts

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from sglperf.model.deployment import Deployment, load
+from sglperf.model.deployment import Deployment
+from sglperf.model.deployment_file import load
 from sglperf.model.resolution import SGLangError
 from sglperf.model.verdict import Status, Verdict
 from sglperf.preflight import check, resolve_variants

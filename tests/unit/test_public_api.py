@@ -38,7 +38,7 @@ def test_the_public_names_are_pinned() -> None:
 def test_every_public_name_resolves_to_its_module_s_object() -> None:
     for name in PUBLIC:
         assert getattr(sglperf, name) is not None, name
-    from sglperf.model.deployment import load
+    from sglperf.model.deployment_file import load
 
     assert sglperf.load_deployment is load
     assert issubclass(sglperf.DeploymentError, sglperf.SglperfError)

@@ -17,10 +17,11 @@ from sglperf.baselines.roofline import (
     embedding_bytes_per_gpu,
     weight_bytes_per_step,
 )
-from sglperf.model.deployment import RunnerProfile
+from sglperf.model.checkpoint import CheckpointFacts
 from sglperf.model.hardware import Bandwidth, memory_bandwidth, vendor_bandwidth
 from sglperf.model.measurement import Roofline
 from sglperf.model.resolution import ModelFacts
+from sglperf.model.runner_profile import RunnerProfile
 from sglperf.session.measurement import Measurement
 from sglperf.session.running import RunningVariant
 
@@ -81,7 +82,7 @@ def test_weight_bytes_from_preflight_drop_the_vision_tower_and_an_untied_embeddi
     config = json.loads(QWEN36_CONFIG.read_text())
     text = config["text_config"]
     embedding = text["vocab_size"] * text["hidden_size"] * 2 // 2
-    assert embedding_bytes_per_gpu(config, 2, 2) == embedding
+    assert embedding_bytes_per_gpu(CheckpointFacts(config), 2, 2) == embedding
     facts = ModelFacts("Qwen3_5ForConditionalGeneration", "Qwen3VisionModel", 0, 28_000_000_000, 900_000_000)
     weights = weight_bytes_per_step(facts, config, 2)
     assert weights.bytes_per_gpu == 28_000_000_000 - 900_000_000 - embedding

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from sglperf.cli import EXIT_BAD_INPUT, main
-from sglperf.model.deployment import DeploymentError, load
+from sglperf.model.deployment_file import DeploymentError, load
 from sglperf.model.intent_names import SPECULATIVE, VISION_WEIGHTS_SKIPPED
 from sglperf.runtime.gpus import SIMULATED_ENV, Inventory
 from sglperf.scaffold import GITIGNORE_LINES, InitError, InitRequest, init

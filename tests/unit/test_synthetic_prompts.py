@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from sglperf.measure import synthetic
 from sglperf.measure.synthetic import SyntheticPromptsError, TokenizerSource, cache_key, cache_path, prompt_set
-from sglperf.model.deployment import DeploymentError, RandomPrompts, SharedPrefixPrompts, load
+from sglperf.model.deployment_file import DeploymentError, load
+from sglperf.model.workload import RandomPrompts, SharedPrefixPrompts
 
 from ..support.project import with_workloads
 

@@ -10,8 +10,8 @@ import pytest
 from sglperf.baselines import regression, store
 from sglperf.baselines.sequential import SequentialPlan
 from sglperf.measure.samples import Chunk, RequestSample, round_metric_values, round_stats
-from sglperf.model.deployment import Workload
 from sglperf.model.metrics import METRICS, Direction
+from sglperf.model.workload import Workload
 
 pytestmark = pytest.mark.selftest
 

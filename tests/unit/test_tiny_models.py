@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sglperf.model.deployment import load
+from sglperf.model.deployment_file import load
 from sglperf.testing import tiny_models
 
 from ..support.cpu_tier import ROOT, TINY_CPU, TINY_CPU_MTP

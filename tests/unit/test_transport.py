@@ -20,7 +20,7 @@ from sglperf.measure.transport import (
     TransportError,
     decode_response,
 )
-from sglperf.model.deployment import Workload
+from sglperf.model.workload import Workload
 
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 

@@ -7,7 +7,8 @@ import json
 import pytest
 
 from sglperf import upgrade
-from sglperf.model.deployment import Deployment, load
+from sglperf.model.deployment import Deployment
+from sglperf.model.deployment_file import load
 from sglperf.model.resolution import LogLine, Resolution, Write
 from sglperf.model.verdict import Status, Verdict
 from sglperf.preflight.check import VariantCheck

@@ -1,7 +1,7 @@
 """Capacity: the highest request rate of a ladder at which a workload still meets its SLO.
 
 A capacity workload is measured at each rate of its ladder, lowest first, as an open-loop workload
-(`sglperf.model.deployment.Capacity`). Each round at a rate gives a goodput share: the share of its
+(`sglperf.model.workload.Capacity`). Each round at a rate gives a goodput share: the share of its
 requests that met every slo target. A rate **meets** the SLO when the typical round keeps at least
 the workload's goodput target (say 0.9), **misses** it when the typical round falls short, and is
 **unclear** when its rounds do not say which.

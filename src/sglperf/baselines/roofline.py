@@ -13,7 +13,7 @@ verify step) with it: one verify pass reads the target weights once and yields t
 
 Weight bytes read per step per GPU: the target model's parameters held by tensor-parallel rank 0,
 from the model class SGLang builds in preflight (`Resolution.model.param_bytes_per_rank`) when
-preflight built it, else counted from config.json (`sglperf.sglang.modelsize`), minus what decode
+preflight built it, else counted from config.json (`sglperf.model.checkpoint`), minus what decode
 does not read: the vision tower (text decoding never runs it) and, when the input embedding is not
 tied to the LM head, the embedding table (decode reads one row per token, not the table).
 
@@ -44,11 +44,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from sglperf.errors import SglperfError
+from sglperf.model.checkpoint import CheckpointFacts
 from sglperf.model.files import GIB
 from sglperf.model.hardware import Bandwidth
 from sglperf.model.measurement import Roofline
 from sglperf.model.resolution import ModelFacts
-from sglperf.sglang import modelsize
 
 
 class RooflineError(SglperfError, ValueError):
@@ -83,31 +83,22 @@ class WeightBytes:
     source: str
 
 
-def _text_section(config: Mapping[str, Any]) -> Mapping[str, Any]:
-    text = config.get("text_config")
-    return text if isinstance(text, Mapping) else config
-
-
-def embedding_bytes_per_gpu(config: Mapping[str, Any], tp: int, dtype_bytes: int) -> int:
+def embedding_bytes_per_gpu(checkpoint: CheckpointFacts, tp: int, dtype_bytes: int) -> int:
     """The input embedding table's bytes on one GPU when it is not tied to the LM head, else 0."""
-    text = _text_section(config)
-    tied = bool(text.get("tie_word_embeddings", config.get("tie_word_embeddings", False)))
-    vocab, hidden = text.get("vocab_size"), text.get("hidden_size")
-    if tied or not isinstance(vocab, int) or not isinstance(hidden, int):
-        return 0
-    return vocab * hidden * dtype_bytes // tp  # vocabulary-parallel: each rank holds vocab / tp rows
+    return checkpoint.untied_embedding_params * dtype_bytes // tp  # vocabulary-parallel: vocab / tp rows each
 
 
 def weight_bytes_per_step(model: ModelFacts | None, config: Mapping[str, Any], tp: int) -> WeightBytes:
     """Bytes one GPU reads per decode step, from preflight's model class or else config.json."""
     if tp < 1:
         raise RooflineError(f"tp must be >= 1, got {tp}")
+    checkpoint = CheckpointFacts(config)
     try:
-        size = modelsize.model_size(config)
+        size = checkpoint.size()
         dtype_bytes = size.dtype_bytes
     except ValueError:
         size, dtype_bytes = None, 2
-    embedding = embedding_bytes_per_gpu(config, tp, dtype_bytes)
+    embedding = embedding_bytes_per_gpu(checkpoint, tp, dtype_bytes)
     if model is not None and model.param_bytes_per_rank > 0:
         read = model.param_bytes_per_rank - model.vision_param_bytes_per_rank - embedding
         dropped = ["vision tower"] if model.vision_param_bytes_per_rank else []
@@ -118,7 +109,7 @@ def weight_bytes_per_step(model: ModelFacts | None, config: Mapping[str, Any], t
         )
     if size is None:
         raise RooflineError(
-            "no model facts from preflight and config.json cannot be counted (see sglperf.sglang.modelsize)"
+            "no model facts from preflight and config.json cannot be counted (see sglperf.model.checkpoint)"
         )
     # The text weights leave the vision tower out already; only the embedding is subtracted here.
     text_bytes = round(size.weight_gib_per_gpu(tp, vision=False, vision_replicated=False, mtp=False) * GIB)

@@ -18,9 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sglperf.errors import SglperfError
 from sglperf.judge.decisions import field_changes
-from sglperf.model.deployment import LoadPoint
 from sglperf.model.files import os_problem, read_input, write_text_atomic
 from sglperf.model.measurement import Provenance, SampleSummary
+from sglperf.model.workload import LoadPoint
 from sglperf.sglang.server_api import LAUNCH_SPECIFIC_FIELDS
 
 SCHEMA_VERSION = 1

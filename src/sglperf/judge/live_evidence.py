@@ -14,12 +14,13 @@ from typing import Any
 
 from sglperf.judge import coverage
 from sglperf.judge.intent import judge, not_applicable
+from sglperf.model.checkpoint import CheckpointFacts
 from sglperf.model.graph_coverage import CapturedSizes, WorkloadBatch, WorkloadPrefill
 from sglperf.model.intent_names import DECODE_CUDA_GRAPH, PREFILL_CUDA_GRAPH, VISION_WEIGHTS_SKIPPED
 from sglperf.model.resolution import EffectiveArgs, LogLine, ModelFacts, strip_ansi
 from sglperf.model.server_facts import DECODE_GRAPH_SIZES_FIELD, ServerFacts
 from sglperf.model.verdict import Status, Verdict
-from sglperf.sglang import modelsize
+from sglperf.sglang import weight_memory
 from sglperf.sglang.intents import INTENTS, PREFILL_GRAPH, Intent, Speculative
 
 LOG_LEVEL = re.compile(r"\b(DEBUG|INFO|WARNING|ERROR|CRITICAL)\b")
@@ -129,10 +130,10 @@ def _vision_evidence(
         kept = verdict.status if proven or verdict.status.failed else Status.UNPROVEN
         return replace(verdict, status=kept, detail=f"{verdict.detail}; the server reports no weight memory")
     try:
-        size = modelsize.model_size(dict(config))
+        size = CheckpointFacts(config).size()
     except ValueError as exc:
         return replace(verdict, detail=f"{verdict.detail}; cannot size the model from config.json: {exc}")
-    evidence = modelsize.classify_weight_memory(measured, size, tp, mtp_loaded=mtp_loaded)
+    evidence = weight_memory.classify_weight_memory(measured, size, tp, mtp_loaded=mtp_loaded)
     if evidence.verdict == "loaded" and verdict.status == Status.INERT:
         return replace(verdict, detail=f"{verdict.detail}; {evidence.detail}")  # the flag did nothing, as predicted
     if evidence.verdict == "unclear" and proven:

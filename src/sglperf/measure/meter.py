@@ -71,12 +71,12 @@ from sglperf.measure.samples import (
 from sglperf.measure.server_scrape import MetricsWatch, RoundScraper
 from sglperf.measure.stream import RequestContext, parse_native, parse_openai, sse_events
 from sglperf.measure.transport import Ending, Exchange, Origin, TransportError, decode_response, post_streamed
-from sglperf.model.deployment import Workload
 from sglperf.model.gpu_telemetry import GpuLimits, GpuRound
 from sglperf.model.host_load import HOST_STAYED_BUSY, HostLoad
 from sglperf.model.metrics import METRIC_NAMES, METRICS
 from sglperf.model.prompts import Prompt, PromptSet
 from sglperf.model.server_facts import ServerFacts
+from sglperf.model.workload import Workload
 from sglperf.sglang.server_api import FLUSH_CACHE_PATH, GENERATE_PATHS, NOT_ARGS, SERVER_INFO_PATHS
 
 T = TypeVar("T")

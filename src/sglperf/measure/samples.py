@@ -55,10 +55,10 @@ from typing import Any
 import numpy as np
 
 from sglperf.errors import SglperfError
-from sglperf.model.deployment import Slo
 from sglperf.model.gpu_telemetry import GpuRound
 from sglperf.model.host_load import HostLoad
 from sglperf.model.metrics import GOODPUT_REQ_S, GOODPUT_SHARE, METRIC_NAMES, METRICS
+from sglperf.model.workload import Slo
 
 SERVER_ACCEPT_CAVEAT = (
     "server value is a running average since the server started (warm-up and other "

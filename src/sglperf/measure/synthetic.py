@@ -22,9 +22,9 @@ from typing import Any
 from filelock import FileLock
 
 from sglperf.errors import SglperfError
-from sglperf.model.deployment import RandomPrompts, SharedPrefixPrompts
 from sglperf.model.files import os_problem
 from sglperf.model.prompts import PromptError, PromptSet, load_prompts
+from sglperf.model.workload import RandomPrompts, SharedPrefixPrompts
 from sglperf.sglang import envs
 
 WORKER = Path(__file__).with_name("synthetic_worker.py")

@@ -12,9 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from sglperf.model.deployment import Deployment, RandomPrompts, SharedPrefixPrompts
+from sglperf.model.deployment import Deployment
 from sglperf.model.prompts import PromptError, load_prompts
 from sglperf.model.resolution import describe_rule
+from sglperf.model.workload import RandomPrompts, SharedPrefixPrompts
 
 
 @dataclass(frozen=True)

@@ -12,13 +12,13 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from sglperf.model.batch_evidence import BatchEvidence
-from sglperf.model.deployment import LoadPoint
 from sglperf.model.files import SAFE_NAME_PATTERN
 from sglperf.model.gpu_telemetry import GpuTelemetrySummary
 from sglperf.model.host_load import HostLoadSummary
 from sglperf.model.metrics import MetricOutcome
 from sglperf.model.server_metrics import ServerMetricsRecord
 from sglperf.model.variant_effect import ExpectedEffect
+from sglperf.model.workload import LoadPoint
 
 
 class _Strict(BaseModel):

@@ -12,10 +12,12 @@ import pytest
 from sglperf.baselines.variant_effects import variant_effects
 from sglperf.errors import SglperfError
 from sglperf.history.results_folder import RUN_ID_FIELD
-from sglperf.model.deployment import Deployment, LoadPoint, Variant, load
+from sglperf.model.deployment import Deployment, Variant
+from sglperf.model.deployment_file import load
 from sglperf.model.files import strict_json
 from sglperf.model.measurement import MeasurementRecord
 from sglperf.model.verdict import Status, Verdict
+from sglperf.model.workload import LoadPoint
 from sglperf.plugin.keys import CONFIGS_WRITTEN_KEY, LIVE_KEY, PREFLIGHT_KEY, xdist_worker
 from sglperf.runtime.provenance import effective_config_record
 from sglperf.session import LiveSession, LiveSkip

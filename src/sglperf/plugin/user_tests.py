@@ -17,8 +17,10 @@ from typing import Any
 import pytest
 
 from sglperf.errors import SglperfError
-from sglperf.model.deployment import Deployment, DeploymentError, LoadPoint, Workload, load
+from sglperf.model.deployment import Deployment
+from sglperf.model.deployment_file import DeploymentError, load
 from sglperf.model.measurement import MeasurementRecord
+from sglperf.model.workload import LoadPoint, Workload
 from sglperf.plugin.items import ItemFailure, LiveTierItem, judge_measurement
 from sglperf.plugin.keys import LIVE_KEY, PREFLIGHT_KEY
 from sglperf.session import LiveSkip

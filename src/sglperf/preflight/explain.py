@@ -16,7 +16,8 @@ from sglperf.judge.decisions import (
     differing_flags,
     field_changes,
 )
-from sglperf.model.deployment import Deployment, DeploymentError
+from sglperf.model.deployment import Deployment
+from sglperf.model.deployment_file import DeploymentError
 from sglperf.model.explanation import Explanation, FlagEffect, VariantComparison
 from sglperf.model.resolution import FieldChange
 from sglperf.preflight.resolve import PREFLIGHT_FLAGS, ResolvedVariant, Resolves, config_digest, resolve_variants

@@ -25,11 +25,11 @@ from typing import Any, TypeVar
 from filelock import FileLock
 
 from sglperf.errors import SglperfError
-from sglperf.model.deployment import RunnerProfile
 from sglperf.model.files import os_problem, read_input, writable_folder_problem, write_text_atomic
 from sglperf.model.process_exit import describe_exit
 from sglperf.model.progress import Progress, say_once, silent
 from sglperf.model.resolution import LogLine, ModelFacts, Resolution, SGLangError, Write
+from sglperf.model.runner_profile import RunnerProfile
 from sglperf.sglang import envs
 from sglperf.sglang.argv import Option, ParserInfo, Release
 from sglperf.sglang.processes import kill_group, run_bounded

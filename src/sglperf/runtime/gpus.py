@@ -29,7 +29,7 @@ from sglperf.model.files import GIB, write_text_atomic
 from sglperf.model.progress import Progress
 
 if TYPE_CHECKING:
-    from sglperf.model.deployment import RunnerProfile
+    from sglperf.model.runner_profile import RunnerProfile
 
 SIMULATED_ENV = "SGLPERF_SIMULATED_GPUS"
 LOCK_DIR_ENV = "SGLPERF_GPU_LOCK_DIR"

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from sglperf.baselines import capacity, store
 from sglperf.errors import SglperfError
-from sglperf.model.deployment import LoadPoint, Workload
 from sglperf.model.measurement import BaselineStatus, MeasurementRecord
 from sglperf.model.metrics import GOODPUT_SHARE
+from sglperf.model.workload import LoadPoint, Workload
 
 SearchKey = tuple[str, str, str]  # deployment key, variant id, workload id
 

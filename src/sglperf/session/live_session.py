@@ -16,7 +16,8 @@ from typing import Any
 from sglperf import preflight
 from sglperf.judge import coverage, live_evidence
 from sglperf.judge import divergence as args_divergence
-from sglperf.model.deployment import Deployment, LoadPoint, Variant, Workload
+from sglperf.model.checkpoint import CheckpointFacts
+from sglperf.model.deployment import Deployment, Variant
 from sglperf.model.files import os_problem, read_input
 from sglperf.model.graph_coverage import CapturedSizes
 from sglperf.model.measurement import MeasurementRecord
@@ -24,6 +25,7 @@ from sglperf.model.progress import Progress
 from sglperf.model.resolution import EffectiveArgs
 from sglperf.model.server_facts import ServerFacts
 from sglperf.model.verdict import Verdict
+from sglperf.model.workload import LoadPoint, Workload
 from sglperf.runtime import gpus, server, server_info
 from sglperf.runtime.attach import AttachedServer, AttachError, DeclaredGpus, attached_profile_problems, read_attached
 from sglperf.session.capacity_search import CapacityReport, CapacitySearch
@@ -31,7 +33,7 @@ from sglperf.session.handles import ServerHandle, VariantRef
 from sglperf.session.measurement import Measurement
 from sglperf.session.preflight_session import PreflightSession, deployment_key
 from sglperf.session.running import LiveOptions, LiveSkip, RunningVariant
-from sglperf.sglang import batch_log, envs, metrics_catalogue, modelsize
+from sglperf.sglang import batch_log, envs, metrics_catalogue
 from sglperf.sglang.argv import ParsedArgv
 from sglperf.sglang.cpu_shim import AMX_NOTE
 from sglperf.sglang.flags import LaunchPlan, launch_plan
@@ -271,7 +273,7 @@ class LiveSession:
         path = self.options.results_dir / "servers" / f"{name}.effective.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"sglang_version": version, "effective": check.resolution.effective}))
-        size = modelsize.model_size(hf_config)
+        size = CheckpointFacts(hf_config).size()
         mtp = deployment.speculative_for(check.variant) is not None
         config: dict[str, Any] = {
             "weight_gb_per_gpu": round(

@@ -29,7 +29,7 @@ from sglperf.measure import meter, synthetic
 from sglperf.measure.samples import WorkloadResult
 from sglperf.measure.server_scrape import MetricsWatch
 from sglperf.model.batch_evidence import BatchEvidence
-from sglperf.model.deployment import Deployment, LoadPoint, Variant, Workload
+from sglperf.model.deployment import Deployment, Variant
 from sglperf.model.files import os_problem, strict_json, write_text_atomic
 from sglperf.model.gpu_telemetry import DEFAULT_MAX_GPU_THROTTLE, GpuLimits, GpuTelemetrySummary
 from sglperf.model.hardware import memory_bandwidth
@@ -41,6 +41,7 @@ from sglperf.model.prompts import PromptSet, load_prompts
 from sglperf.model.server_facts import ServerFacts
 from sglperf.model.server_metrics import ServerMetricsRecord
 from sglperf.model.verdict import Verdict
+from sglperf.model.workload import LoadPoint, Workload
 from sglperf.runtime import gpu_telemetry, host_probe, provenance
 from sglperf.runtime.log_windows import RoundLogWindows
 from sglperf.session.running import LiveOptions, RunningVariant

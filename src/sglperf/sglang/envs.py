@@ -30,8 +30,8 @@ from packaging.requirements import Requirement
 from packaging.version import InvalidVersion, Version
 
 from sglperf.errors import SglperfError
-from sglperf.model.deployment import CpuKernel, RunnerProfile
 from sglperf.model.progress import Progress, say_once, silent
+from sglperf.model.runner_profile import CpuKernel, RunnerProfile
 from sglperf.sglang.processes import run_bounded
 from sglperf.sglang.server_api import BENCH_SERVING_MODULES
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from sglperf.errors import SglperfError
+from sglperf.model.checkpoint import VISION_CONFIG_KEYS, CheckpointFacts
 from sglperf.model.intent_names import (
     DECODE_CUDA_GRAPH,
     INTENT_NAMES,
@@ -445,19 +446,16 @@ class VisionWeightsSkipped(_Boolean):
             )
         return Reading(False, f"{self.MODEL_ONLY_FIELD} = False, {self.LANGUAGE_ONLY_FIELD} = False")
 
-    # Where a checkpoint config describes a vision tower (Qwen-VL and Qwen3.5: vision_config; some
-    # Llava-style configs: vision_tower, mm_vision_tower; Qwen-VL 1: visual).
-    VISION_CONFIG_KEYS = ("vision_config", "vision_tower", "mm_vision_tower", "visual")
-
     def not_applicable(self, hf_config: Mapping[str, Any]) -> str | None:
         """Why the intent cannot apply to this model at all (a text-only checkpoint), else None. A config
         naming no architecture says too little to tell."""
-        architectures = ", ".join(map(str, hf_config.get("architectures") or []))
-        if not architectures or any(key in hf_config for key in self.VISION_CONFIG_KEYS):
+        checkpoint = CheckpointFacts(hf_config)
+        architectures = ", ".join(checkpoint.architectures)
+        if not architectures or checkpoint.vision_config_keys:
             return None
         return (
             f"not applicable: {architectures} is text-only (its config.json has none of "
-            f"{', '.join(self.VISION_CONFIG_KEYS)}), so there is no vision tower to skip: drop {self.name} "
+            f"{', '.join(VISION_CONFIG_KEYS)}), so there is no vision tower to skip: drop {self.name} "
             "from the deployment's [expect] and the variant's request"
         )
 

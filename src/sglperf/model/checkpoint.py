@@ -1,29 +1,39 @@
-"""Parameter counts from a HuggingFace ``config.json``, and what a server's weight memory says.
+"""What a checkpoint's ``config.json`` says about the model, read in one place: `CheckpointFacts`.
 
-SGLang serves Qwen3.5/3.6 through a multimodal architecture class; whether the vision tower was
-actually loaded shows only in the weight memory each GPU reports after loading. This module counts
-the parameters of each part and compares a measurement against the expectations.
+Its architectures, whether it describes a vision tower, mixture-of-experts layers, an MTP head, whether
+the input embedding is tied to the LM head, and the parameters of each part (text, vision tower, MTP) with
+the bytes each takes. The deployment loader, `sglperf init`, the intents, the roofline, the live evidence
+and the emulator's weight memory all read config.json through it.
 
-Layouts follow HF transformers (``modeling_qwen3_5.py``, ``modeling_qwen3_next.py``,
-``modeling_qwen3_vl.py``) and SGLang's ``qwen3_5_mtp.py``.
+Each fact is read when asked for, from the parsed config, so a key sglperf cannot read fails only the
+caller that needs it: a config whose parameters cannot be counted still names its architectures.
+
+Parameter counts follow HF transformers (``modeling_qwen3_5.py``, ``modeling_qwen3_next.py``,
+``modeling_qwen3_vl.py``) and SGLang's ``qwen3_5_mtp.py``. A `ModelSize` says where its numbers came from:
+config.json is the only source today; SGLang's own model class, built on the meta device, sizes any
+architecture and would be the next.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from sglperf.model.files import GIB
 
-# Below this a loaded vision tower cannot be told apart from allocator noise.
-MIN_GAP_GIB = 0.05
-# Further than this from every expectation, the estimate does not describe the checkpoint.
-MAX_RELATIVE_ERROR = 0.10
-
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4}
 MOE_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
+# Keys of an MTP head (DeepSeek V3 / MiMo / GLM: num_nextn_predict_layers; Qwen3.5 and 3.6:
+# mtp_num_hidden_layers), at the top or in text_config.
+MTP_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers")
+# Where a checkpoint config describes a vision tower (Qwen-VL and Qwen3.5: vision_config; some
+# Llava-style configs: vision_tower, mm_vision_tower; Qwen-VL 1: visual).
+VISION_CONFIG_KEYS = ("vision_config", "vision_tower", "mm_vision_tower", "visual")
 SUPPORTED = "Qwen3.5/3.6 (model_type 'qwen3_5') or a Llama/Qwen2/Qwen3-style dense text config"
+# Where a model's sizes came from.
+SizeSource = Literal["config.json"]
 
 
 @dataclass(frozen=True)
@@ -35,10 +45,16 @@ class ModelSize:
     mtp_params: int
     dtype_bytes: int
     mtp_replicated_params: int = 0
+    source: SizeSource = "config.json"
 
     @property
     def total_params(self) -> int:
         return self.text_params + self.vision_params + self.mtp_params
+
+    @property
+    def weight_gib(self) -> float:
+        """Every part's weights (text, vision tower, MTP) together."""
+        return self.total_params * self.dtype_bytes / GIB
 
     def weight_gib_per_gpu(self, tp: int, *, vision: bool, vision_replicated: bool, mtp: bool = False) -> float:
         """Expected weight memory on one of ``tp`` GPUs (text is always sharded)."""
@@ -51,6 +67,102 @@ class ModelSize:
             sharded = self.mtp_params - self.mtp_replicated_params
             params += sharded / tp + self.mtp_replicated_params
         return params * self.dtype_bytes / GIB
+
+
+@dataclass(frozen=True)
+class CheckpointFacts:
+    """What a checkpoint's config.json says; ``config`` is the parsed file, read through the properties."""
+
+    config: Mapping[str, Any]
+
+    @classmethod
+    def parse(cls, text: str | bytes) -> CheckpointFacts:
+        """A model's config.json as preflight needs it: a JSON object naming its architectures; ValueError
+        says which of the two it is not."""
+        try:
+            data = json.loads(text)
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+            raise ValueError(f"is not valid JSON: {exc}") from None
+        if not isinstance(data, dict) or not isinstance(data.get("architectures"), list) or not data["architectures"]:
+            raise ValueError("has no 'architectures' list")
+        return cls(data)
+
+    @property
+    def architectures(self) -> tuple[str, ...]:
+        return tuple(map(str, self.config.get("architectures") or ()))
+
+    @property
+    def _text_config(self) -> Mapping[str, Any] | None:
+        """A multimodal config's text section (``text_config``), None for a text-only config."""
+        text = self.config.get("text_config")
+        return text if isinstance(text, Mapping) else None
+
+    @property
+    def _sections(self) -> tuple[Mapping[str, Any], ...]:
+        """Where a model-wide key may be: the top level, and the text section of a multimodal config."""
+        text = self._text_config
+        return (self.config,) if text is None else (self.config, text)
+
+    @property
+    def vision_config_keys(self) -> tuple[str, ...]:
+        """The keys describing a vision tower this config has (none: a text-only checkpoint)."""
+        return tuple(key for key in VISION_CONFIG_KEYS if key in self.config)
+
+    @property
+    def moe(self) -> bool:
+        return any(section.get(key) for section in self._sections for key in MOE_KEYS)
+
+    @property
+    def mtp_layers(self) -> int:
+        """The MTP head's layers, 0 without one."""
+        return max((int(section.get(key) or 0) for section in self._sections for key in MTP_KEYS), default=0)
+
+    @property
+    def tied_embeddings(self) -> bool:
+        """Whether the input embedding is the LM head's matrix (the text section's word, else the top's)."""
+        text = self._text_config or {}
+        return bool(text.get("tie_word_embeddings", self.config.get("tie_word_embeddings", False)))
+
+    @property
+    def untied_embedding_params(self) -> int:
+        """The input embedding table's parameters when it is not tied to the LM head, else 0 (also when the
+        config does not give its shape)."""
+        text = self._text_config
+        text = self.config if text is None else text
+        vocab, hidden = text.get("vocab_size"), text.get("hidden_size")
+        if self.tied_embeddings or not isinstance(vocab, int) or not isinstance(hidden, int):
+            return 0
+        return vocab * hidden
+
+    def size(self) -> ModelSize:
+        """Count parameters per part; ValueError names missing keys or an unsupported shape."""
+        config = self.config
+        if config.get("quantization_config"):
+            raise ValueError("config.json: quantized checkpoints are not supported (bytes per parameter vary)")
+        if self.moe:
+            raise ValueError(f"config.json: mixture-of-experts models are not supported (supported: {SUPPORTED})")
+
+        r = _Reader()
+        model_type = config.get("model_type")
+        text_cfg = self._text_config
+        if model_type == "qwen3_5_text":  # a text-only export of the hybrid decoder: the config is its text
+            text, mtp, mtp_replicated = _qwen3_5_text(config, bool(config.get("tie_word_embeddings", False)), r, "")
+            r.check()
+            return ModelSize(text, 0, mtp, _dtype_bytes(("", config)), mtp_replicated)
+        if model_type == "qwen3_5":
+            if text_cfg is None:
+                raise _missing("text_config")
+            text, mtp, mtp_replicated = _qwen3_5_text(text_cfg, self.tied_embeddings, r, "text_config.")
+            vision_cfg = config.get("vision_config")
+            vision = _qwen3_vision(vision_cfg, r) if isinstance(vision_cfg, Mapping) else 0
+            r.check()
+            return ModelSize(text, vision, mtp, _dtype_bytes(("text_config.", text_cfg), ("", config)), mtp_replicated)
+        if text_cfg is not None or "vision_config" in config:
+            raise ValueError(f"config.json: model_type {model_type!r} is not supported (supported: {SUPPORTED})")
+
+        text = _dense_text(config, self.tied_embeddings, r)
+        r.check()
+        return ModelSize(text, 0, 0, _dtype_bytes(("", config)))
 
 
 def _missing(keys: str) -> ValueError:
@@ -205,7 +317,7 @@ def _qwen3_vision(v: Mapping[str, Any], r: _Reader) -> int:
     )
 
 
-def _dense_text(c: Mapping[str, Any], r: _Reader) -> int:
+def _dense_text(c: Mapping[str, Any], tied: bool, r: _Reader) -> int:
     """Llama/Qwen2/Qwen3-style decoder: attention, gated MLP, two RMSNorms per layer."""
     hidden = r.need(c, "hidden_size", "")
     vocab = r.need(c, "vocab_size", "")
@@ -221,84 +333,4 @@ def _dense_text(c: Mapping[str, Any], r: _Reader) -> int:
         c, r, "", output_gate=False, qk_norm=model_type == "qwen3", qkv_bias=qwen2 or bias, o_bias=bias and not qwen2
     )
     per_layer = attention + _gated_mlp(hidden, intermediate, bool(c.get("mlp_bias", False))) + 2 * hidden
-    tied = bool(c.get("tie_word_embeddings", False))
     return vocab * hidden * (1 if tied else 2) + layers * per_layer + hidden
-
-
-def model_size(config: Mapping[str, Any]) -> ModelSize:
-    """Count parameters per part; ValueError names missing keys or an unsupported shape."""
-    if config.get("quantization_config"):
-        raise ValueError("config.json: quantized checkpoints are not supported (bytes per parameter vary)")
-    text_cfg = config.get("text_config") if isinstance(config.get("text_config"), Mapping) else None
-    for section in (config, text_cfg or {}):
-        if any(section.get(key) for key in MOE_KEYS):
-            raise ValueError(f"config.json: mixture-of-experts models are not supported (supported: {SUPPORTED})")
-
-    r = _Reader()
-    model_type = config.get("model_type")
-    if model_type == "qwen3_5_text":  # a text-only export of the hybrid decoder
-        text, mtp, mtp_replicated = _qwen3_5_text(config, bool(config.get("tie_word_embeddings", False)), r, "")
-        r.check()
-        return ModelSize(text, 0, mtp, _dtype_bytes(("", config)), mtp_replicated)
-    if model_type == "qwen3_5":
-        if text_cfg is None:
-            raise _missing("text_config")
-        tied = bool(text_cfg.get("tie_word_embeddings", config.get("tie_word_embeddings", False)))
-        text, mtp, mtp_replicated = _qwen3_5_text(text_cfg, tied, r, "text_config.")
-        vision_cfg = config.get("vision_config")
-        vision = _qwen3_vision(vision_cfg, r) if isinstance(vision_cfg, Mapping) else 0
-        r.check()
-        return ModelSize(text, vision, mtp, _dtype_bytes(("text_config.", text_cfg), ("", config)), mtp_replicated)
-    if text_cfg is not None or "vision_config" in config:
-        raise ValueError(f"config.json: model_type {model_type!r} is not supported (supported: {SUPPORTED})")
-
-    text = _dense_text(config, r)
-    r.check()
-    return ModelSize(text, 0, 0, _dtype_bytes(("", config)))
-
-
-VisionFinding = Literal["skipped", "loaded", "unclear"]
-
-
-@dataclass(frozen=True)
-class VisionEvidence:
-    """What a weight-memory measurement says about the vision tower."""
-
-    verdict: VisionFinding
-    measured_gib: float
-    text_only_gib: float
-    vision_sharded_gib: float
-    vision_replicated_gib: float
-    mtp_loaded: bool
-    detail: str
-
-
-def classify_weight_memory(
-    measured_gib_per_gpu: float, size: ModelSize, tp: int, *, mtp_loaded: bool = False
-) -> VisionEvidence:
-    """Decide by the midpoint between text-only and the smallest with-vision expectation."""
-    text_only = size.weight_gib_per_gpu(tp, vision=False, vision_replicated=False, mtp=mtp_loaded)
-    sharded = size.weight_gib_per_gpu(tp, vision=True, vision_replicated=False, mtp=mtp_loaded)
-    replicated = size.weight_gib_per_gpu(tp, vision=True, vision_replicated=True, mtp=mtp_loaded)
-    smallest = min(sharded, replicated)
-    gap = smallest - text_only
-    m = measured_gib_per_gpu
-
-    expectations = (text_only, sharded, replicated)
-    if gap < MIN_GAP_GIB:
-        verdict: VisionFinding = "unclear"
-        why = f"vision tower adds only {gap:.3f} GiB/GPU at tp={tp}: too small to tell"
-    elif all(abs(m - e) > MAX_RELATIVE_ERROR * e for e in expectations):
-        verdict = "unclear"
-        why = f"over {MAX_RELATIVE_ERROR:.0%} from every expectation: the estimate does not describe this checkpoint"
-    elif m >= (text_only + smallest) / 2:
-        verdict, why = "loaded", "vision tower loaded"
-    else:
-        verdict, why = "skipped", "vision tower skipped"
-
-    mtp_note = " (incl. MTP layer)" if mtp_loaded else ""
-    detail = (
-        f"weights {m:.2f} GiB/GPU: text-only {text_only:.2f}, with vision tower {sharded:.2f}-{replicated:.2f}"
-        f"{mtp_note} -> {why}"
-    )
-    return VisionEvidence(verdict, m, text_only, sharded, replicated, mtp_loaded, detail)

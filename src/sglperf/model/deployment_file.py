@@ -1,0 +1,161 @@
+"""Deployment files read: TOML in, a validated `Deployment` out, or one `DeploymentError` naming the file
+and each field that is wrong and what is allowed, the files it names (config.json, prompt sets) read too."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+from pydantic_core import ErrorDetails
+
+from sglperf.errors import SglperfError
+from sglperf.model.checkpoint import CheckpointFacts
+from sglperf.model.deployment import Deployment, Speculative, SpeculativeOverride
+from sglperf.model.deployment_fields import PATTERN_MEANING
+from sglperf.model.files import os_problem, read_input
+from sglperf.model.prompts import PromptError, load_prompts
+
+
+class DeploymentError(SglperfError, ValueError):
+    """A deployment file is unreadable or invalid; the message names file and field."""
+
+
+def _field_path(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+_STRICT_TYPES = ("int_type", "float_type", "bool_type")
+
+
+def _describe(error: ErrorDetails, raw: dict[str, Any]) -> str:
+    loc = tuple(error["loc"])
+    where = _field_path(loc)
+    if error["type"] == "extra_forbidden":
+        return f"{where}: unknown field"
+    if error["type"] == "missing":
+        return f"{where}: required field is missing"
+    if error["type"] == "string_pattern_mismatch":
+        pattern = error.get("ctx", {}).get("pattern", "")
+        return f"{where}: {error['input']!r} is not allowed; expected {PATTERN_MEANING.get(pattern, pattern)}"
+    message = error["msg"].removeprefix("Value error, ")
+    if error["type"] in _STRICT_TYPES and isinstance(error["input"], str):
+        message += f", got the string {error['input']!r}: write it without quotes"
+    elif error["type"] == "string_type" and isinstance(error["input"], (int, float)):
+        message += f', got the number {error["input"]!r}: write it in quotes, "{error["input"]}"'
+    # Name variants by id as well as by index: people edit by id.
+    if loc[:1] == ("variants",) and len(loc) > 1 and isinstance(loc[1], int):
+        try:
+            message += f" (variant {raw['variants'][loc[1]]['id']!r})"
+        except (KeyError, IndexError, TypeError):
+            pass
+    return f"{where}: {message}"
+
+
+def _read_text(path: Path, where: str = "", missing: str = "does not exist") -> str:
+    """A file's text, or DeploymentError naming it (`where`: the deployment file and field that name it)."""
+
+    def error(problem: str) -> DeploymentError:
+        return DeploymentError(f"{where}: {path}: {problem}" if where else f"{path}: {problem}")
+
+    try:
+        return read_input(path).decode("utf-8")
+    except FileNotFoundError:
+        raise error(missing) from None
+    except IsADirectoryError:
+        raise error("is a directory, not a file") from None
+    except UnicodeDecodeError as exc:
+        raise error(f"not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start})") from None
+    except OSError as exc:  # permissions, a device or FIFO, an over-long path, ...
+        raise error(f"cannot read it: {os_problem(exc)}") from None
+    except ValueError as exc:  # a NUL byte in the path
+        raise error(f"cannot read it: {exc}") from None
+
+
+def load(path: str | Path) -> Deployment:
+    """Read and validate one deployment file."""
+    path = Path(path)
+    text = _read_text(path, missing="no such deployment file")
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise DeploymentError(f"{path}: not valid TOML: {exc}") from None
+    except RecursionError:
+        raise DeploymentError(f"{path}: not valid TOML: nested too deeply") from None
+    if "path" in raw:  # set by sglperf from where the file is, never by the file
+        raise DeploymentError(f"{path}: invalid deployment file:\n  - path: unknown field")
+    raw.setdefault("key", path.stem)
+    if raw["key"] != path.stem:
+        raise DeploymentError(f"{path}: key: {raw['key']!r} must match the file name {path.stem!r}")
+    try:
+        deployment = Deployment.model_validate({**raw, "path": path})
+    except ValidationError as exc:
+        problems = "\n".join(f"  - {_describe(e, raw)}" for e in exc.errors(include_url=False))
+        raise DeploymentError(f"{path}: invalid deployment file:\n{problems}") from None
+    _check_files(deployment)
+    return deployment
+
+
+def _check_files(deployment: Deployment) -> None:
+    where = f"{deployment.path}: model.config"
+    try:
+        config = deployment.config_path
+    except (OSError, ValueError, RuntimeError) as exc:
+        raise DeploymentError(f"{where}: {deployment.model.config} is not a usable path: {exc}") from None
+    text = _read_text(
+        config, where, missing="does not exist (preflight needs the model's config.json; ship it under models/)"
+    )
+    _check_config_json(config, text, where)
+    drafts: list[tuple[str, Speculative | SpeculativeOverride | None]]
+    drafts = [("launch.speculative.draft_model.config", deployment.launch.speculative)]
+    drafts += [
+        (f"variants[{i}].speculative.draft_model.config", v.speculative) for i, v in enumerate(deployment.variants)
+    ]
+    for field, speculative in drafts:
+        if speculative is None or speculative.draft_model is None:
+            continue
+        where = f"{deployment.path}: {field}"
+        draft = deployment.path.parent / speculative.draft_model.config
+        missing = "does not exist (preflight reads the draft's config.json: copy it from the draft checkpoint)"
+        _check_config_json(draft, _read_text(draft, where, missing=missing), where)
+    for i, workload in enumerate(deployment.workloads):
+        if workload.prompts is None:  # synthetic: generated when measured, with the server's tokenizer
+            continue
+        try:
+            prompts = (deployment.path.parent / workload.prompts).resolve()
+            found = prompts.is_file()
+        except (OSError, ValueError, RuntimeError):
+            prompts, found = deployment.path.parent / workload.prompts, False
+        if not found:
+            raise DeploymentError(f"{deployment.path}: workloads[{i}].prompts: {prompts} does not exist")
+        # Read now, not when the first measurement starts on a GPU runner: a malformed line is one error
+        # at load, naming the workload, the file and the line (format: docs/deployments.md#prompt-sets).
+        try:
+            load_prompts(prompts)
+        except PromptError as exc:
+            raise DeploymentError(f"{deployment.path}: workloads[{i}].prompts: {exc}") from None
+
+
+def _check_config_json(config: Path, text: str, where: str) -> None:
+    try:
+        CheckpointFacts.parse(text)
+    except ValueError as exc:
+        raise DeploymentError(f"{where}: {config} {exc}") from None
+
+
+def discover(paths: list[str | Path]) -> list[Deployment]:
+    """Load deployment files and directories of them (``*.toml``), sorted by key."""
+    files: list[Path] = []
+    for p in map(Path, paths):
+        try:
+            folder = p.is_dir()
+        except OSError:  # an over-long name, say: load() says so, naming it
+            folder = False
+        files.extend(sorted(p.glob("*.toml")) if folder else [p])
+    if not files:
+        raise DeploymentError(f"no deployment files found in {', '.join(map(str, paths))}")
+    return sorted((load(f) for f in files), key=lambda d: d.key)
