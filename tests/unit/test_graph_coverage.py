@@ -15,7 +15,7 @@ from sglperf.judge import batch_evidence, coverage
 from sglperf.judge.intent import judge
 from sglperf.model.deployment import Deployment
 from sglperf.model.deployment_file import load
-from sglperf.model.graph_coverage import CapturedSizes, CaptureRule, WorkloadBatch
+from sglperf.model.graph_coverage import CapturedSizes, WorkloadBatch, graph_needs
 from sglperf.model.intent_names import DECODE_CUDA_GRAPH
 from sglperf.model.resolution import EffectiveArgs, Write
 from sglperf.model.verdict import Status, Verdict
@@ -94,7 +94,7 @@ def _decode_verdict(args: EffectiveArgs, version: str = "0.5.19") -> Verdict:
 def test_a_workload_above_the_captured_sizes_fails_naming_cap_rule_workload_and_the_request(tmp_path: Path) -> None:
     deployment = _project(tmp_path, CHAT_32)
     args = _args(SIZES_24)
-    batches = coverage.workload_batches(deployment, coverage.max_running(args))
+    batches = coverage.workload_batches(deployment, args.fields)
     # An open loop without max_concurrency bounds nothing: there is no batch to hold the graph against.
     assert [(b.workload, b.batch) for b in batches] == [("chat", 1), ("chat", 32), ("at-rate", 16)]
     captured = coverage.captured_in_args(args)
@@ -119,12 +119,12 @@ def test_covered_workloads_pass_with_the_size_shown_and_max_running_requests_bou
     sizes = [*SIZES_24, 32]
     args = _args(sizes, writes=())
     verdict = coverage.judge_coverage(
-        _decode_verdict(args), coverage.captured_in_args(args), coverage.workload_batches(deployment)
+        _decode_verdict(args), coverage.captured_in_args(args), coverage.workload_batches(deployment, {})
     )
     assert verdict.status == Status.PASS and verdict.actual == "on, up to batch 32"
     # SGLang bounds the decode batch by max_running_requests whatever the load (it resets it for MTP).
     bounded = _args(SIZES_24, max_running_requests=20)
-    batches = coverage.workload_batches(deployment, coverage.max_running(bounded))
+    batches = coverage.workload_batches(deployment, bounded.fields)
     assert WorkloadBatch("chat", "concurrency 32", 20, "max_running_requests = 20") in batches
     verdict = coverage.judge_coverage(_decode_verdict(bounded), coverage.captured_in_args(bounded), batches)
     assert verdict.status == Status.PASS and verdict.actual == "on, up to batch 24"
@@ -134,9 +134,9 @@ def test_an_off_graph_or_unknown_sizes_leave_the_verdict_alone(tmp_path: Path) -
     deployment = _project(tmp_path, CHAT_32)
     off = EffectiveArgs({"cuda_graph_config": {"decode": {"backend": "disabled", "bs": SIZES_24}}})
     verdict = judge("tiny", "defaults", DECODE_GRAPH, False, off, "0.5.19")
-    assert coverage.judge_coverage(verdict, coverage.captured_in_args(off), coverage.workload_batches(deployment)) == (
-        verdict
-    )
+    assert coverage.judge_coverage(
+        verdict, coverage.captured_in_args(off), coverage.workload_batches(deployment, {})
+    ) == (verdict)
     unknown = EffectiveArgs({"cuda_graph_config": {"decode": {"backend": "full", "bs": None}}})
     assert coverage.captured_in_args(unknown) is None
 
@@ -162,13 +162,13 @@ def test_the_rule_falls_back_to_the_releases_own_record_and_describes_in_one_lin
         rule="_handle_gpu_memory_settings",
     )
     rule = coverage.capture_rule(_args(SIZES_24, writes=(declared,)), 24)
-    assert rule == CaptureRule("_handle_gpu_memory_settings")
+    assert rule == declared
     # A value the release declared (no line) after the traced statement: the statement is quoted.
     cpu_cap = Write(field="torch_compile_max_bs", new=24, rule="_handle_gpu_memory_settings")
     rule = coverage.capture_rule(_args(SIZES_24, writes=(CAP_WRITE, LIST_WRITE, cpu_cap)), 24)
     assert rule is not None and rule.where == "memory_hook.py:85"
     assert coverage.capture_rule(_args(SIZES_24, writes=()), 24) is None
-    long = CaptureRule("r", "f.py:1", comment="word " * 100, conditions=("else",))
+    long = Write("cuda_graph_max_bs", 24, "r", "f.py:1", comment="word " * 100, conditions=("else",))
     text = long.describe()
     assert text.startswith('r (f.py:1), "word') and text.endswith(' ..."') and len(text) < 200
 
@@ -180,7 +180,7 @@ def _parser(version: str, *flags: str) -> ParserInfo:
 def test_a_request_for_the_decode_graph_captures_up_to_the_workloads_largest_batch(tmp_path: Path) -> None:
     asking = '[[variants]]\nid = "covered"\nrequest = { decode_cuda_graph = true }\n'
     deployment = _project(tmp_path, CHAT_32, asking)
-    assert deployment.largest_in_flight() == 32
+    assert graph_needs(deployment).largest_in_flight() == 32
     variant = deployment.variant("covered")
     per_phase = _parser("0.5.20", "--cuda-graph-max-bs-decode")
     argv = launch_plan(deployment, variant, per_phase, "/m", ()).argv

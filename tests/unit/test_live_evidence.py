@@ -9,8 +9,8 @@ import pytest
 
 from sglperf.judge import live_evidence
 from sglperf.model.checkpoint import CheckpointFacts
-from sglperf.model.graph_coverage import CapturedSizes, CaptureRule, WorkloadBatch
-from sglperf.model.resolution import LogLine, ModelFacts
+from sglperf.model.graph_coverage import CapturedSizes, WorkloadBatch
+from sglperf.model.resolution import LogLine, ModelFacts, Write
 from sglperf.model.server_facts import ServerFacts
 from sglperf.model.verdict import Status, Verdict
 from sglperf.sglang.intents import SpeculativeSettings
@@ -298,7 +298,7 @@ def test_the_captured_decode_sizes_are_held_against_the_workloads_with_preflight
     server = ServerFacts(
         "http://127.0.0.1:30000", "0.5.23", graph_args(), ({"decode_cuda_graph_bs": [1, 2, 4, 8]},), {}, False
     )
-    rule = CaptureRule("handle_gpu_memory_settings", "memory_hook.py:85")
+    rule = Write("cuda_graph_config.decode.max_bs", 8, "handle_gpu_memory_settings", "memory_hook.py:85")
     wanted = live_evidence.LiveCoverage(
         [WorkloadBatch("chat", "concurrency 4", 4), WorkloadBatch("wide", "concurrency 16", 16)],
         CapturedSizes((1, 2, 4, 8), "cuda_graph_config.decode.bs", rule),

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from sglperf.judge import batch_evidence, coverage, live_evidence
 from sglperf.model.deployment import Deployment
 from sglperf.model.deployment_file import load
-from sglperf.model.graph_coverage import CapturedSizes, CaptureRule, WorkloadPrefill, workload_prefills
+from sglperf.model.graph_coverage import CapturedSizes, WorkloadPrefill, graph_needs
 from sglperf.model.intent_names import PREFILL_CUDA_GRAPH
 from sglperf.model.prompts import TEMPLATE_TOKENS_PER_MESSAGE, Message, Prompt, load_prompts
 from sglperf.model.resolution import EffectiveArgs, Write
@@ -83,7 +83,7 @@ def test_a_prompt_file_is_bounded_by_its_bytes_and_template() -> None:
 
 
 def test_workload_prefills_synthetic_in_tokens_and_files_in_bytes(tmp_path: Path) -> None:
-    needs = {n.workload: n for n in workload_prefills(_project(tmp_path, WORKLOADS + CHAT))}
+    needs = {n.workload: n for n in graph_needs(_project(tmp_path, WORKLOADS + CHAT)).prefills}
     assert needs["long"] == WorkloadPrefill("long", 6000, True, "random prompts of up to 6000 tokens")
     # A cached prefix is not prefilled again: the suffix is what a steady round computes.
     assert needs["rag"].tokens == 300 and needs["rag"].exact
@@ -133,7 +133,7 @@ def test_off_or_unknown_sizes_are_left_alone(tmp_path: Path) -> None:
     deployment = _project(tmp_path, WORKLOADS)
     needs = coverage.prefill_needs(deployment, {})
     off = Verdict("cov", "defaults", PREFILL_CUDA_GRAPH, "off", "off", Status.PASS, "", "0.5.23")
-    captured = CapturedSizes((4, 8), "cuda_graph_config.prefill.bs", CaptureRule("r"))
+    captured = CapturedSizes((4, 8), "cuda_graph_config.prefill.bs", Write("cuda_graph_config.prefill.max_bs", 8, "r"))
     assert coverage.judge_prefill_coverage(off, captured, needs) == off
     assert coverage.judge_prefill_coverage(_verdict(), None, needs) == _verdict()
 

@@ -25,14 +25,7 @@ from dataclasses import replace
 from typing import Any
 
 from sglperf.model.deployment import Deployment
-from sglperf.model.graph_coverage import (
-    CapturedSizes,
-    CaptureRule,
-    CoverageGap,
-    WorkloadBatch,
-    WorkloadPrefill,
-    workload_prefills,
-)
+from sglperf.model.graph_coverage import CapturedSizes, CoverageGap, WorkloadBatch, WorkloadPrefill, graph_needs
 from sglperf.model.resolution import EffectiveArgs, Write
 from sglperf.model.verdict import Status, Verdict
 from sglperf.sglang.intents import DECODE_GRAPH as DECODE
@@ -40,29 +33,24 @@ from sglperf.sglang.intents import PREFILL_GRAPH as PREFILL
 from sglperf.sglang.intents import DecodeCudaGraph, PrefillCudaGraph
 
 
-def workload_batches(deployment: Deployment, max_running: int | None = None) -> list[WorkloadBatch]:
-    """The largest decode batch of every workload at every load point with a bound (closed loop: its
-    concurrency; open loop: its ``max_concurrency``; an open loop without one has no bound to hold the
-    graph against), capped by the server's ``max_running_requests`` where that is known."""
-    batches = []
-    for workload in deployment.workloads:
-        for load in workload.load_points():
-            if load.concurrency is None:
-                continue
-            batch, bounded_by = load.concurrency, ""
-            if max_running is not None and max_running < batch:
-                batch, bounded_by = max_running, f"{DECODE.MAX_RUNNING_FIELD} = {max_running}"
-            batches.append(WorkloadBatch(workload.id, load.describe(), batch, bounded_by))
-    return batches
+def _positive_int(fields: Mapping[str, Any], name: str) -> int | None:
+    value = fields.get(name)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
-def max_running(args: EffectiveArgs) -> int | None:
-    value = args.fields.get(DECODE.MAX_RUNNING_FIELD)
-    return value if isinstance(value, int) and value > 0 else None
+def workload_batches(deployment: Deployment, fields: Mapping[str, Any]) -> list[WorkloadBatch]:
+    """The workloads' decode batches (`graph_needs`), capped by the server's ``max_running_requests`` as these
+    effective args have it."""
+    return graph_needs(deployment).decode_batches(
+        _positive_int(fields, DECODE.MAX_RUNNING_FIELD), DECODE.MAX_RUNNING_FIELD
+    )
 
 
-def _rule_of(write: Write) -> CaptureRule:
-    return CaptureRule(write.rule, write.where, write.code, write.conditions, write.comment)
+def prefill_needs(deployment: Deployment, fields: Mapping[str, Any]) -> list[WorkloadPrefill]:
+    """The workloads' longest prefills (`graph_needs`), cut to the chunked prefill size these effective args
+    have."""
+    field = PREFILL.CHUNK_FIELD
+    return graph_needs(deployment).prefills_in_chunks(_positive_int(fields, field), field)
 
 
 def _sets(write: Write, largest: int) -> bool:
@@ -75,7 +63,7 @@ def _sets(write: Write, largest: int) -> bool:
 Graph = DecodeCudaGraph | PrefillCudaGraph
 
 
-def capture_rule(args: EffectiveArgs, largest: int, graph: Graph = DECODE) -> CaptureRule | None:
+def capture_rule(args: EffectiveArgs, largest: int, graph: Graph = DECODE) -> Write | None:
     """The SGLang code that set the graph's largest size: the last write of the cap that set this value
     (a traced statement before a declared value), else of the size list, else the release's own record
     of which function declared the graph config."""
@@ -86,12 +74,12 @@ def capture_rule(args: EffectiveArgs, largest: int, graph: Graph = DECODE) -> Ca
         for traced in (True, False):
             for write in reversed(changed):
                 if write.field in fields and bool(write.where) == traced and _sets(write, largest):
-                    return _rule_of(write)
+                    return write
     for write in reversed(changed):
         if isinstance(write.new, dict):
             sizes = graph.captured_sizes({write.field: write.new})
             if sizes is not None and sizes[0][-1] == largest:
-                return _rule_of(write)
+                return write
     return None
 
 
@@ -128,20 +116,6 @@ def judge_coverage(
         for g in gaps
     ]
     return _with_lines(verdict, Status.FAIL, f"{verdict.actual}, up to batch {captured.largest}: eager above", lines)
-
-
-def prefill_needs(deployment: Deployment, fields: Mapping[str, Any]) -> list[WorkloadPrefill]:
-    """Each workload's longest prefill, cut to the release's chunked prefill size: SGLang prefills a
-    longer prompt in chunks of that many tokens, so no prefill batch holds more."""
-    chunk = fields.get(PREFILL.CHUNK_FIELD)
-    if not isinstance(chunk, int) or isinstance(chunk, bool) or chunk <= 0:
-        return workload_prefills(deployment)
-    return [
-        replace(n, tokens=chunk, how=f"{n.how}, prefilled in chunks of {PREFILL.CHUNK_FIELD} = {chunk}")
-        if n.tokens > chunk
-        else n
-        for n in workload_prefills(deployment)
-    ]
 
 
 def judge_prefill_coverage(

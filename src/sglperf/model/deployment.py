@@ -228,14 +228,6 @@ class Deployment(StrictTable):
         merged = {**(base.model_dump() if base else {}), **override}
         return Speculative(**merged)
 
-    def largest_in_flight(self) -> int | None:
-        """The most requests any workload keeps in flight at any of its load points (a closed loop's
-        concurrency, an open loop's max_concurrency); None when no workload bounds it."""
-        return max(
-            (load.concurrency for w in self.workloads for load in w.load_points() if load.concurrency is not None),
-            default=None,
-        )
-
     def thresholds_for(self, workload: Workload) -> dict[str, float]:
         """Regression floors for a workload: its own over the runner's (the defaults fill the rest); a part
         of a metric takes the whole's floor unless set (verify steps/s that of decode tok/s)."""

@@ -5,32 +5,21 @@ A decode graph replays only for a batch no larger than the largest size it was c
 batch runs eager, every step, while the graph reads "on"; the prefill graph is the same in tokens.
 SGLang picks the largest size by rules that change with the release, the GPU's memory and the
 parallelism; the rule that picked it travels with the sizes so a failure can quote it.
+
+What the workloads ask of the graphs is reckoned here, once (`graph_needs`): every decode batch a load
+point runs and every workload's longest prefill. Preflight's coverage verdict, the flags a request for a
+graph adds, the live tier's evidence and the meter's report all read these.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from sglperf.model.deployment import Deployment
 from sglperf.model.prompts import PromptError, load_prompts
-from sglperf.model.resolution import describe_rule
+from sglperf.model.resolution import Write
 from sglperf.model.workload import RandomPrompts, SharedPrefixPrompts
-
-
-@dataclass(frozen=True)
-class CaptureRule:
-    """The SGLang code that set the largest captured size: its function, file:line, the statement, the
-    conditions it sits under and the comment SGLang wrote above it."""
-
-    rule: str
-    where: str = ""
-    code: str = ""
-    conditions: tuple[str, ...] = ()
-    comment: str = ""
-
-    def describe(self, comment_chars: int = 160) -> str:
-        return describe_rule(self.rule, self.where, self.conditions, self.comment, comment_chars)
 
 
 @dataclass(frozen=True)
@@ -39,7 +28,7 @@ class CapturedSizes:
 
     sizes: tuple[int, ...]  # ascending
     source: str  # the effective field read, e.g. "cuda_graph_config.decode.bs"
-    rule: CaptureRule | None = None  # None: the release's resolution did not say which code set it
+    rule: Write | None = None  # the write that set the largest; None: the release's resolution did not say
 
     @property
     def largest(self) -> int:
@@ -87,7 +76,7 @@ class WorkloadPrefill:
         return f"{self.workload}'s prefills of {'' if self.exact else 'up to '}{self.tokens} tokens ({self.how})"
 
 
-def workload_prefills(deployment: Deployment) -> list[WorkloadPrefill]:
+def _workload_prefills(deployment: Deployment) -> list[WorkloadPrefill]:
     """Each workload's longest prompt in tokens: exact for synthetic prompts (made in the server's own
     tokens), bounded by bytes for a prompt file (`Prompt.token_bound`). A prompt file that cannot be
     read gives no number; measuring it fails with the file's own error."""
@@ -110,3 +99,59 @@ def workload_prefills(deployment: Deployment) -> list[WorkloadPrefill]:
             how = f"{Path(workload.prompts).name} counted in bytes, no tokenizer at hand"
             needs.append(WorkloadPrefill(workload.id, longest, False, how))
     return needs
+
+
+@dataclass(frozen=True)
+class GraphNeeds:
+    """What a deployment's workloads ask of the decode and prefill graphs."""
+
+    # The largest decode batch at every load point with a bound (a closed loop's concurrency, an open
+    # loop's max_concurrency; an open loop without one has no bound to hold a graph against).
+    batches: tuple[WorkloadBatch, ...]
+    prefills: tuple[WorkloadPrefill, ...]  # every workload's longest prompt
+
+    def largest_in_flight(self) -> int | None:
+        """The most requests any workload keeps in flight; None when no workload bounds it."""
+        return max((b.batch for b in self.batches), default=None)
+
+    def decode_batches(self, max_running: int | None = None, field: str = "") -> list[WorkloadBatch]:
+        """The batches, capped by the server's most running requests where that is known (``field``: the
+        setting that caps them, as the report names it)."""
+        return [
+            replace(b, batch=max_running, bounded_by=f"{field} = {max_running}")
+            if max_running is not None and max_running < b.batch
+            else b
+            for b in self.batches
+        ]
+
+    def prefills_in_chunks(self, chunk: int | None = None, field: str = "") -> list[WorkloadPrefill]:
+        """Each workload's longest prefill, cut to the chunked prefill size: SGLang prefills a longer prompt
+        in chunks of that many tokens, so no prefill batch holds more."""
+        if chunk is None:
+            return list(self.prefills)
+        return [
+            replace(n, tokens=chunk, how=f"{n.how}, prefilled in chunks of {field} = {chunk}")
+            if n.tokens > chunk
+            else n
+            for n in self.prefills
+        ]
+
+    def prefill_capture_need(self) -> int | None:
+        """The tokens a request for the prefill graph captures it up to: the longest prompt of any workload,
+        when every workload's is known in tokens (synthetic prompts). A prompt file is counted in bytes only,
+        a bound that can be far above what it needs: then SGLang's own size stands (and coverage is judged
+        from the measured rounds' batch lines)."""
+        if not self.prefills or not all(n.exact for n in self.prefills):
+            return None
+        return max(n.tokens for n in self.prefills)
+
+
+def graph_needs(deployment: Deployment) -> GraphNeeds:
+    """What every workload of ``deployment`` asks of the graphs."""
+    batches = tuple(
+        WorkloadBatch(workload.id, load.describe(), load.concurrency)
+        for workload in deployment.workloads
+        for load in workload.load_points()
+        if load.concurrency is not None
+    )
+    return GraphNeeds(batches, tuple(_workload_prefills(deployment)))

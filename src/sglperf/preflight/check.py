@@ -11,12 +11,13 @@ from typing import Any
 from sglperf.judge import coverage
 from sglperf.judge.intent import explain, judge, judge_error, not_applicable
 from sglperf.model.deployment import Deployment, Variant
+from sglperf.model.graph_coverage import graph_needs
 from sglperf.model.intent_names import DECODE_CUDA_GRAPH, PREFILL_CUDA_GRAPH
 from sglperf.model.resolution import Resolution
 from sglperf.model.verdict import Verdict
 from sglperf.preflight.resolve import ResolvedVariant, Resolves, resolve_variants
 from sglperf.sglang.argv import ParsedArgv, ParserInfo
-from sglperf.sglang.flags import LaunchPlan, prefill_coverage_need
+from sglperf.sglang.flags import LaunchPlan
 from sglperf.sglang.intents import (
     DECODE_GRAPH,
     INTENTS,
@@ -87,7 +88,7 @@ def judge_variant(resolved: ResolvedVariant, parser: ParserInfo) -> VariantCheck
             verdict = coverage.judge_coverage(
                 verdict,
                 coverage.captured_in_args(args),
-                coverage.workload_batches(deployment, coverage.max_running(args)),
+                coverage.workload_batches(deployment, args.fields),
                 how_to_raise=_coverage_hint(deployment, variant, parser, DECODE_GRAPH.own_size_flags(own)),
             )
         if name == PREFILL_CUDA_GRAPH and args is not None:
@@ -104,7 +105,7 @@ def judge_variant(resolved: ResolvedVariant, parser: ParserInfo) -> VariantCheck
 
 def _coverage_hint(deployment: Deployment, variant: Variant, parser: ParserInfo, own_flags: str) -> str:
     """How to have the decode graph captured up to the workloads' batch on this release."""
-    need = deployment.largest_in_flight()
+    need = graph_needs(deployment).largest_in_flight()
     if need is None:
         return ""
     try:
@@ -116,7 +117,7 @@ def _coverage_hint(deployment: Deployment, variant: Variant, parser: ParserInfo,
 
 def _prefill_coverage_hint(deployment: Deployment, variant: Variant, parser: ParserInfo, argv: ParsedArgv) -> str:
     """How to have the prefill graph captured up to the workloads' longest prompt on this release."""
-    need = prefill_coverage_need(deployment)
+    need = graph_needs(deployment).prefill_capture_need()
     try:
         raise_argv = PREFILL_GRAPH.coverage_flags(need or PREFILL_GRAPH.CAPTURE_STEP, parser)
     except IntentNotExpressible as exc:

@@ -22,7 +22,6 @@ from sglperf.model.files import os_problem, read_input
 from sglperf.model.graph_coverage import CapturedSizes
 from sglperf.model.measurement import MeasurementRecord
 from sglperf.model.progress import Progress
-from sglperf.model.resolution import EffectiveArgs
 from sglperf.model.server_facts import ServerFacts
 from sglperf.model.verdict import Verdict
 from sglperf.model.workload import LoadPoint, Workload
@@ -299,7 +298,7 @@ class LiveSession:
                 warnings=running.launch.warnings,
                 model=running.predicted_model,
                 graph_coverage=live_evidence.LiveCoverage(
-                    coverage.workload_batches(deployment, coverage.max_running(EffectiveArgs(running.facts.effective))),
+                    coverage.workload_batches(deployment, running.facts.effective),
                     _preflight_capture(running, DECODE_GRAPH),
                     coverage.prefill_needs(deployment, running.facts.effective),
                     _preflight_capture(running, PREFILL_GRAPH),

@@ -15,7 +15,7 @@ from packaging.version import Version
 
 from sglperf.errors import SglperfError
 from sglperf.model.deployment import Deployment, DraftModel, Variant
-from sglperf.model.graph_coverage import workload_prefills
+from sglperf.model.graph_coverage import graph_needs
 from sglperf.model.intent_names import DECODE_CUDA_GRAPH, PREFILL_CUDA_GRAPH, SPECULATIVE
 from sglperf.sglang.argv import ParsedArgv, ParserInfo
 from sglperf.sglang.deprecations import replacement
@@ -149,7 +149,7 @@ def _decode_coverage_flags(deployment: Deployment, raw: list[str], parser: Parse
     keeps in flight; nothing when the variant's own flags already fix the sizes (theirs win) or no
     workload bounds its batch."""
     decode = DECODE_GRAPH
-    need = deployment.largest_in_flight()
+    need = graph_needs(deployment).largest_in_flight()
     if need is None or decode.own_size_flags(ParsedArgv(raw, parser)):
         return []
     try:
@@ -184,21 +184,10 @@ def _draft_path(deployment: Deployment, draft: DraftModel, on_runner: bool, wher
     return served
 
 
-def prefill_coverage_need(deployment: Deployment) -> int | None:
-    """The tokens a request for the prefill graph captures it up to: the longest prompt of any workload,
-    when every workload's is known in tokens (synthetic prompts). A prompt file is counted in bytes only,
-    a bound that can be far above what it needs: then SGLang's own size stands (and coverage is judged
-    from the measured rounds' batch lines)."""
-    needs = workload_prefills(deployment)
-    if not needs or not all(n.exact for n in needs):
-        return None
-    return max(n.tokens for n in needs)
-
-
 def _prefill_coverage_flags(deployment: Deployment, raw: list[str], parser: ParserInfo, where: str) -> list[str]:
     """A request for the prefill graph asks for it on and captured up to the workloads' longest prompt;
     nothing when the variant's own flags fix the sizes or no prompt length is known in tokens."""
-    need = prefill_coverage_need(deployment)
+    need = graph_needs(deployment).prefill_capture_need()
     if need is None or PREFILL_GRAPH.own_size_flags(ParsedArgv(raw, parser)):
         return []
     try:
