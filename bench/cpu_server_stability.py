@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from sglperf.measure.meter import HostGuard, measure
 from sglperf.runtime.host_probe import HostProbe
-from sglperf.sglang.envs import CPU_OMP_BIND_ENV
+from sglperf.sglang.cpu_envs import CPU_OMP_BIND_ENV
 
 if TYPE_CHECKING:  # mypy resolves the modules beside this script from the repository root
     from bench import _docs_table, tiny_cpu

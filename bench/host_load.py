@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 from sglperf.measure.meter import HostGuard, measure
 from sglperf.model.host_load import DEFAULT_MAX_HOST_LOAD
 from sglperf.runtime.host_probe import HostProbe
-from sglperf.sglang.envs import CPU_OMP_BIND_ENV
+from sglperf.sglang.cpu_envs import CPU_OMP_BIND_ENV
 from sglperf.testing.neighbours import foreign_spinners
 
 if TYPE_CHECKING:  # mypy resolves the modules beside this script from the repository root

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from sglperf.runtime import server
-from sglperf.sglang import envs
+from sglperf.sglang import bench_client, cpu_envs, envs
 from sglperf.sglang.intents import Speculative
 from sglperf.testing.emulator.config import CONFIG_ENV
 from sglperf.testing.emulator.timing import expected_accept_length
@@ -254,8 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.large % args.concurrency or args.small % args.concurrency:
         parser.error("--small and --large must be multiples of --concurrency (the meter runs whole rounds)")
     args.sglang_python = str(envs.ensure_env(SGLANG_VERSION).python)
-    args.bench_serving_module = envs.bench_serving_module(args.sglang_python)
-    cpu_python = str(envs.ensure_cpu_env(SGLANG_VERSION).python) if "real-cpu" in servers else None
+    args.bench_serving_module = bench_client.bench_serving_module(args.sglang_python)
+    cpu_python = str(cpu_envs.ensure_cpu_env(SGLANG_VERSION).python) if "real-cpu" in servers else None
     _, models = tiny_cpu.set_up(cpu_python or args.sglang_python)
 
     rows: list[Row] = []

@@ -18,7 +18,7 @@ from sglperf.model.prompts import PromptSet, load_prompts
 from sglperf.model.workload import Workload
 from sglperf.session import LiveOptions, LiveSession, PreflightSession
 from sglperf.session.running import RunningVariant
-from sglperf.sglang import envs
+from sglperf.sglang import cpu_envs
 from sglperf.testing import tiny_models
 
 REPO = Path(__file__).resolve().parents[1]
@@ -32,7 +32,7 @@ def progress(message: str) -> None:
 def set_up(python: str | None = None) -> tuple[str, Path]:
     """(the SGLang CPU environment's interpreter, the tiny models' folder), built on first use; the
     deployments find the models through $SGLPERF_TINY_MODELS, set here."""
-    python = python or str(envs.ensure_cpu_env(SGLANG_VERSION).python)
+    python = python or str(cpu_envs.ensure_cpu_env(SGLANG_VERSION).python)
     models = tiny_models.ensure(python, tiny_models.default_cache())
     os.environ[tiny_models.TINY_MODELS_ENV] = str(models)
     return python, models
@@ -41,7 +41,7 @@ def set_up(python: str | None = None) -> tuple[str, Path]:
 def deployment(omp_bind: str | None = None) -> Deployment:
     """deployments/tiny-cpu.toml, with SGLang's OpenMP binding replaced when ``omp_bind`` is given."""
     loaded = load(REPO / "deployments" / "tiny-cpu.toml")
-    return loaded.with_launch_env({envs.CPU_OMP_BIND_ENV: omp_bind}) if omp_bind else loaded
+    return loaded.with_launch_env({cpu_envs.CPU_OMP_BIND_ENV: omp_bind}) if omp_bind else loaded
 
 
 def decode_chat(deployment: Deployment, repeats: int) -> tuple[Workload, PromptSet]:

@@ -7,8 +7,8 @@
 native_python=$(.venv/bin/sglperf env build 0.5.23 --cpu torch-native)
 SGLPERF_TINY_MODELS=$(.venv/bin/python -m sglperf.testing.tiny_models --ensure "$native_python")
 export SGLPERF_TINY_MODELS
-cpu_kind=$(.venv/bin/python -c 'from sglperf.sglang import envs; print(envs.cpu_kind())')
-cpu_problem=$(.venv/bin/python -c 'from sglperf.sglang import envs; print(envs.cpu_kernel_problem() or "")')
+cpu_kind=$(.venv/bin/python -c 'from sglperf.sglang import cpu_features; print(cpu_features.cpu_kind())')
+cpu_problem=$(.venv/bin/python -c 'from sglperf.sglang import cpu_features; print(cpu_features.cpu_kernel_problem() or "")')
 if [ -z "$cpu_problem" ]; then
   .venv/bin/sglperf env build 0.5.23 --cpu sgl-kernel >/dev/null
   echo "CPU tier on this CPU ($cpu_kind): tiny-cpu and tiny-cpu-mtp with SGLang's CPU kernel, tiny-cpu-native without" >&2

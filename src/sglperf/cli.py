@@ -17,7 +17,7 @@ from sglperf.errors import SglperfError
 from sglperf.model.deployment import Deployment
 from sglperf.model.deployment_file import discover
 from sglperf.model.runner_profile import CpuKernel
-from sglperf.sglang import envs
+from sglperf.sglang import cpu_envs, envs
 
 # Each command imports what only it uses, in its own body: the history store, the statistics (numpy) and
 # the report took 0.3 s of the 0.7 s that `sglperf --help` and a warm preflight cost on the Xeon (1.7 s on
@@ -82,7 +82,7 @@ def _check_all(
     checks: list[preflight.VariantCheck] = []
     version, parser = "", None
     for deployment in deployments:
-        runner_python = envs.python_for_runner(python, deployment.runner, _say)  # CPU runner: its env
+        runner_python = cpu_envs.python_for_runner(python, deployment.runner, _say)  # CPU runner: its env
         resolver = preflight.Resolver(runner_python, deployment.runner, progress=_say)
         try:
             release = resolver.release()
@@ -123,7 +123,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
             continue  # --against names another deployment's variant
         if not ids:
             continue
-        runner_python = envs.python_for_runner(python, deployment.runner, _say)
+        runner_python = cpu_envs.python_for_runner(python, deployment.runner, _say)
         resolver = preflight.Resolver(runner_python, deployment.runner, progress=_say)
         try:
             explanations += explain(deployment, resolver, ids, args.against)
@@ -337,12 +337,14 @@ def cmd_env(args: argparse.Namespace) -> int:
     if args.action == "build":
         for version in args.versions:
             # --cpu: the release's CPU-side install plus a kernel (SGLang's, or the stand-in), to serve on this CPU
-            env = envs.ensure_cpu_env(version, _say, kernel=args.cpu) if args.cpu else envs.ensure_env(version, _say)
+            env = (
+                cpu_envs.ensure_cpu_env(version, _say, kernel=args.cpu) if args.cpu else envs.ensure_env(version, _say)
+            )
             print(env.python)
     elif args.action == "path":
         for version in args.versions:
-            env = envs.cpu_env_for(version, args.cpu) if args.cpu else envs.env_for(version)
-            ready = envs.cpu_env_ready(env) if args.cpu else env.ready
+            env = cpu_envs.cpu_env_for(version, args.cpu) if args.cpu else envs.env_for(version)
+            ready = cpu_envs.cpu_env_ready(env) if args.cpu else env.ready
             if not ready:
                 cpu = f" --cpu {args.cpu}" if args.cpu else ""
                 _say(f"SGLang {version}{cpu} environment is not built; run `sglperf env build {version}{cpu}`")

@@ -16,7 +16,7 @@ from sglperf import preflight
 from sglperf.cli import main
 from sglperf.model.deployment_file import load
 from sglperf.preflight import resolver as resolver_module
-from sglperf.sglang import envs, metrics_catalogue
+from sglperf.sglang import bench_client, envs, metrics_catalogue
 
 from ..support.project import QWEN36
 
@@ -72,7 +72,7 @@ def test_a_bad_python_is_one_line_and_exit_2(
 
 def test_an_interpreter_without_sglang_has_no_bench_serving_and_says_so() -> None:
     with pytest.raises(envs.EnvBuildError, match=f"{sys.executable}: none of sglang.benchmark.serving, sglang.bench"):
-        envs.bench_serving_module(sys.executable)
+        bench_client.bench_serving_module(sys.executable)
 
 
 def test_interpreter_without_sglang_says_how_to_install(tmp_path: Path) -> None:
@@ -97,7 +97,7 @@ def test_a_failed_step_names_it_with_the_output_tail_without_index_warnings() ->
         "print('WARNING: Location x is ignored', file=sys.stderr); sys.exit(3)"
     )
     with pytest.raises(envs.EnvBuildError) as info:
-        envs._run([sys.executable, "-c", script], "install light requirements", said.append)
+        envs.run_step([sys.executable, "-c", script], "install light requirements", said.append)
     assert str(info.value) == "install light requirements failed (exit 3):\n" + "\n".join(
         f"line {i}" for i in range(32, 40)
     )

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from sglperf.sglang import envs
+from sglperf.sglang import cpu_features
 
 from ..support.project import NEW_SGLANG, QWEN36, ROOT, SglangPython
 
@@ -50,7 +50,7 @@ def test_preflight_of_the_cpu_deployments_on_an_avx2_cpu_never_imports_the_kerne
     tmp_path: Path, sigill_kernel: Path, sglang_python: SglangPython
 ) -> None:
     env = {
-        envs.CPU_FLAGS_ENV: AVX2_ONLY,
+        cpu_features.CPU_FLAGS_ENV: AVX2_ONLY,
         "PYTHONPATH": str(sigill_kernel),
         "SGLPERF_PREFLIGHT_CACHE": str(tmp_path / "cache"),  # a fresh probe, not cached answers
     }
@@ -74,7 +74,7 @@ def test_a_probe_killed_by_sigill_says_so_at_once(
     """What an AVX2 user saw before: "died or hung ... (limit 300 s)" and "(no output)"; here on this
     machine's real CPU flags when they have AVX-512 (the probe then imports the kernel), simulated otherwise."""
     env = {
-        envs.CPU_FLAGS_ENV: "fpu avx2 avx512f avx512bw avx512vl avx512dq avx512cd",
+        cpu_features.CPU_FLAGS_ENV: "fpu avx2 avx512f avx512bw avx512vl avx512dq avx512cd",
         "PYTHONPATH": str(sigill_kernel),
         "SGLPERF_PREFLIGHT_CACHE": str(tmp_path / "cache"),
     }
@@ -92,7 +92,7 @@ def test_a_probe_killed_by_sigill_says_so_at_once(
 def test_the_live_items_of_the_kernel_runner_skip_in_one_line_on_an_avx2_cpu(
     tmp_path: Path, sglang_python: SglangPython
 ) -> None:
-    env = {**os.environ, envs.CPU_FLAGS_ENV: AVX2_ONLY, "SGLPERF_TINY_MODELS": str(tmp_path)}
+    env = {**os.environ, cpu_features.CPU_FLAGS_ENV: AVX2_ONLY, "SGLPERF_TINY_MODELS": str(tmp_path)}
     proc = subprocess.run(
         [
             sys.executable,

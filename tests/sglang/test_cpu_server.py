@@ -38,7 +38,7 @@ from sglperf.runtime.server_ledger import SHARED_MEMORY_DIR
 from sglperf.session import LiveOptions, LiveSession, PreflightSession
 from sglperf.session.measurement import CPU_NOTE, baseline_path
 from sglperf.session.running import RunningVariant
-from sglperf.sglang import envs
+from sglperf.sglang import cpu_features
 from sglperf.sglang.cpu_shim import AMX_NOTE
 from sglperf.sglang.flags import KV_POOL_CAP_FLAG
 from sglperf.sglang.server_api import KV_POOL_TOKENS_FIELD, LAUNCH_SPECIFIC_FIELDS
@@ -98,7 +98,7 @@ def test_the_cpu_graph_replays_up_to_its_captured_batch_and_eager_above_it(tmp_p
     'init_cpu_graph_state')."""
     setup = cpu_setup()
     if setup.kernel != "sgl-kernel":
-        pytest.skip(f"no CPU graph without SGLang's CPU kernel; this CPU {envs.kernel_flags_missing()}")
+        pytest.skip(f"no CPU graph without SGLang's CPU kernel; this CPU {cpu_features.kernel_flags_missing()}")
     base = load(setup.deployment)
     chat = base.workloads[0].model_copy(update={"repeats": 3, "output_len": 24, "warmup": 1})
     # Twice as many prompts as in flight, so that each round decodes a full batch of WIDE_BATCH.
@@ -366,7 +366,7 @@ def test_baseline_recorded_then_compared_as_cpu_numbers(plain: Plain) -> None:
     assert len(problems) == 1 and "decode_cuda_graph expected on, but none of the" in problems[0]
     assert "'Decode batch, #running-req: 1, " in problems[0] and "cpu graph: False" in problems[0]
     # On a CPU without AMX the effective args still say intel_amx: the shim's doing, and every record says so.
-    shimmed = plain.setup.kernel == "sgl-kernel" and "amx_tile" not in envs.cpu_flags()
+    shimmed = plain.setup.kernel == "sgl-kernel" and "amx_tile" not in cpu_features.cpu_flags()
     assert (AMX_NOTE in compared.notes) == shimmed, compared.notes
 
 

@@ -30,7 +30,7 @@ from sglperf.measure import meter
 from sglperf.model.deployment_file import load
 from sglperf.model.prompts import load_prompts
 from sglperf.session import LiveOptions, LiveSession, PreflightSession
-from sglperf.sglang import envs, metrics_catalogue
+from sglperf.sglang import bench_client, cpu_features, metrics_catalogue
 from sglperf.sglang.batch_log import parse_batch_lines
 from sglperf.sglang.server_api import BENCH_SERVING_MODULES
 from sglperf.testing.emulator.metrics import FAMILIES
@@ -248,7 +248,7 @@ def sides(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
     if path is None:
         path = setup.deployment
     elif setup.kernel != "sgl-kernel":
-        pytest.skip(f"{NO_SPECULATIVE_WITHOUT_KERNEL}, and this CPU {envs.kernel_flags_missing()}")
+        pytest.skip(f"{NO_SPECULATIVE_WITHOUT_KERNEL}, and this CPU {cpu_features.kernel_flags_missing()}")
     saved = {k: os.environ.get(k) for k in (TINY_MODELS_ENV, MARKER_ENV)}
     os.environ[TINY_MODELS_ENV] = str(models)
     os.environ[MARKER_ENV] = new_marker()
@@ -383,7 +383,7 @@ def test_sglperf_meter_works_against_both(sides: Sides, api: str) -> None:
 def test_sglang_bench_serving_works_against_both(sides: Sides, tmp_path: Path) -> None:
     """SGLang's own benchmark client, backend sglang, unchanged (it asks /v1/models for the model),
     from where this release keeps it: on 0.5.23 the new path, so no deprecation warning."""
-    module = envs.bench_serving_module(sides.python)
+    module = bench_client.bench_serving_module(sides.python)
     assert module == BENCH_SERVING_MODULES[0]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     runs = {}

@@ -14,7 +14,7 @@ from sglperf import preflight
 from sglperf.model.deployment import Deployment
 from sglperf.model.deployment_file import load
 from sglperf.model.verdict import Status
-from sglperf.sglang import envs
+from sglperf.sglang import bench_client, envs
 
 from ..support.project import NEW_SGLANG, QWEN36, SglangPython
 
@@ -96,4 +96,4 @@ def test_bench_serving_is_found_where_each_release_keeps_it(
     sglang_python: SglangPython, version: str, module: str
 ) -> None:
     # 0.5.23 moved it and deprecates the old path; 0.5.13 has only the old one.
-    assert envs.bench_serving_module(sglang_python(version)) == module
+    assert bench_client.bench_serving_module(sglang_python(version)) == module

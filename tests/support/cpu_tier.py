@@ -15,7 +15,7 @@ import pytest
 
 from sglperf.model.deployment_file import load
 from sglperf.model.runner_profile import CpuKernel
-from sglperf.sglang import envs
+from sglperf.sglang import cpu_envs, cpu_features, envs
 from sglperf.testing import tiny_models
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,9 +48,9 @@ class CpuServerSetup:
 
 @functools.cache
 def _setup() -> CpuServerSetup | str:
-    deployment = TINY_CPU if envs.cpu_kernel_problem() is None else TINY_CPU_NATIVE
+    deployment = TINY_CPU if cpu_features.cpu_kernel_problem() is None else TINY_CPU_NATIVE
     try:
-        env = envs.ensure_cpu_env(
+        env = cpu_envs.ensure_cpu_env(
             SGLANG_VERSION, lambda m: print(m, file=sys.stderr), kernel=load(deployment).runner.kernel
         )
     except envs.EnvBuildError as exc:

@@ -1,4 +1,5 @@
-"""`sglperf.sglang.envs`: the pure parts (requirement filtering, paths); nothing is built or downloaded."""
+"""`sglperf.sglang.envs`: the pure parts (requirement filtering, paths); nothing is built or downloaded.
+The CPU environments built on them: test_cpu_envs.py; this CPU's flags and kind: test_cpu_features.py."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from sglperf.model import progress
-from sglperf.model.runner_profile import RunnerProfile
 from sglperf.sglang import envs
 
 METADATA = """\
@@ -130,27 +130,27 @@ def test_an_environment_is_ready_only_with_this_recipes_marker(tmp_path: Path) -
     marker = env.path / ".sglperf-ready"
     marker.write_text("stale\n")
     assert not env.ready
-    marker.write_text(envs._recipe_digest("0.5.23") + "\n")
+    marker.write_text(envs.recipe_digest("0.5.23") + "\n")
     assert env.ready
     assert not envs.SGLangEnv("0.5.13", env.path).ready  # another release's recipe
 
 
 def test_recipe_digest_changes_with_what_goes_into_an_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    digest = envs._recipe_digest("0.5.23")
-    assert digest == envs._recipe_digest("0.5.23") and len(digest) == 16
-    assert envs._recipe_digest("0.5.13") != digest
+    digest = envs.recipe_digest("0.5.23")
+    assert digest == envs.recipe_digest("0.5.23") and len(digest) == 16
+    assert envs.recipe_digest("0.5.13") != digest
     monkeypatch.setattr(envs, "RECIPE_VERSION", envs.RECIPE_VERSION + "x")
-    assert envs._recipe_digest("0.5.23") != digest
+    assert envs.recipe_digest("0.5.23") != digest
     monkeypatch.undo()
     monkeypatch.setattr(envs, "GPU_ONLY_PATTERNS", (*envs.GPU_ONLY_PATTERNS, "newkernel"))
-    assert envs._recipe_digest("0.5.23") != digest
+    assert envs.recipe_digest("0.5.23") != digest
 
 
 def ready_env(version: str) -> envs.SGLangEnv:
     """A managed environment folder marked ready for this recipe (nothing installed in it)."""
     env = envs.env_for(version)
     env.path.mkdir(parents=True)
-    (env.path / ".sglperf-ready").write_text(envs._recipe_digest(version) + "\n")
+    (env.path / ".sglperf-ready").write_text(envs.recipe_digest(version) + "\n")
     return env
 
 
@@ -158,7 +158,7 @@ def forbid_building(monkeypatch: pytest.MonkeyPatch) -> None:
     def no_build(*args: object, **kwargs: object) -> None:
         raise AssertionError("nothing may be downloaded, built or run")
 
-    for name in ("ensure_torch_env", "_run", "_download_wheel", "_build"):
+    for name in ("ensure_torch_env", "run_step", "_download_wheel", "_build"):
         monkeypatch.setattr(envs, name, no_build)
 
 
@@ -212,24 +212,24 @@ def test_only_folders_directly_under_the_cache_are_ever_deleted(
     outside = tmp_path / "precious"
     outside.mkdir()
     with pytest.raises(envs.EnvBuildError, match="refusing to delete"):
-        envs._remove_ours(outside)
+        envs.remove_env_folder(outside)
     nested = tmp_path / "home" / "envs" / "sglang-0.5.23" / "lib"
     nested.mkdir(parents=True)
     with pytest.raises(envs.EnvBuildError, match="refusing to delete"):
-        envs._remove_ours(nested)
+        envs.remove_env_folder(nested)
     with pytest.raises(envs.EnvBuildError, match="refusing to delete"):
-        envs._remove_ours(tmp_path / "home" / "envs" / "sglang-0.5.23" / ".." / ".." / ".." / "precious")
+        envs.remove_env_folder(tmp_path / "home" / "envs" / "sglang-0.5.23" / ".." / ".." / ".." / "precious")
     assert outside.is_dir() and nested.is_dir()
-    envs._remove_ours(tmp_path / "home" / "envs" / "sglang-0.5.23")
+    envs.remove_env_folder(tmp_path / "home" / "envs" / "sglang-0.5.23")
     assert not (tmp_path / "home" / "envs" / "sglang-0.5.23").exists()
 
 
 def test_site_packages_of_a_venv(tmp_path: Path) -> None:
     site = tmp_path / "lib" / "python3.11" / "site-packages"
     site.mkdir(parents=True)
-    assert envs._site_packages(tmp_path) == site
+    assert envs.site_packages(tmp_path) == site
     with pytest.raises(envs.EnvBuildError, match="no site-packages under"):
-        envs._site_packages(tmp_path / "empty")
+        envs.site_packages(tmp_path / "empty")
 
 
 def test_choose_python_explicit_choices(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -260,88 +260,6 @@ def test_choose_python_falls_back_to_the_newest_ready_release(monkeypatch: pytes
     assert said == [f"no SGLang in {sys.executable}: using the managed SGLang 0.5.13 ({newest.python})"]
 
 
-ZEN4 = "processor\t: 0\nflags\t\t: fpu sse avx2 avx512f avx512dq avx512cd avx512bw avx512vl avx512_bf16\n"
-SAPPHIRE_RAPIDS = ZEN4.replace("avx512_bf16", "avx512_bf16 amx_bf16 amx_tile amx_int8")
-HASWELL = "flags\t\t: fpu sse avx2 fma\n"
-
-
-def test_the_cpu_kernel_needs_avx512_not_amx() -> None:
-    assert envs.cpu_kernel_problem(ZEN4) is None
-    assert envs.cpu_kernel_problem(SAPPHIRE_RAPIDS) is None
-    problem = envs.cpu_kernel_problem(HASWELL)
-    assert problem is not None and "lacks avx512f, avx512bw, avx512vl, avx512dq, avx512cd" in problem
-    assert "no /proc/cpuinfo flags" in (envs.cpu_kernel_problem("") or "")
-
-
-@pytest.mark.parametrize(
-    ("cpuinfo", "kind"),
-    [
-        (SAPPHIRE_RAPIDS, "AVX-512 with AMX"),
-        (ZEN4, "AVX-512 without AMX"),
-        (HASWELL, "AVX2 without AVX-512"),
-        ("flags\t\t: fpu sse sse2\n", "no AVX2"),
-        ("", "a CPU of unknown kind (no /proc/cpuinfo flags)"),
-    ],
-)
-def test_the_three_cpu_kinds_are_named(cpuinfo: str, kind: str) -> None:
-    assert envs.cpu_kind(envs.cpu_flags(cpuinfo)) == kind
-
-
-def test_simulated_cpu_flags_win_over_proc_cpuinfo(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(envs.CPU_FLAGS_ENV, "fpu sse avx2 fma")
-    assert envs.cpu_flags() == {"fpu", "sse", "avx2", "fma"}
-    assert envs.cpu_kind() == "AVX2 without AVX-512"
-    assert "lacks avx512f" in (envs.runner_cpu_problem("sgl-kernel") or "")
-    assert envs.runner_cpu_problem("torch-native") is None  # no native code: any x86-64 CPU
-
-
-def _managed_python(root: Path, name: str) -> Path:
-    python = root / "envs" / name / "bin" / "python"
-    python.parent.mkdir(parents=True)
-    python.touch()
-    return python
-
-
-def test_a_cpu_runner_of_the_kernel_on_a_cpu_without_avx512_resolves_with_the_release_env_and_says_so_once(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    """Never the environment holding SGLang's CPU kernel: importing it there would kill the probe."""
-    monkeypatch.setenv("SGLPERF_HOME", str(tmp_path))
-    monkeypatch.setenv(envs.CPU_FLAGS_ENV, "fpu sse avx2 fma")
-    monkeypatch.setattr(progress, "_SAID", set())
-    monkeypatch.setattr(envs, "ensure_cpu_env", lambda *a, **k: pytest.fail("no CPU environment may be built"))
-    python = str(_managed_python(tmp_path, "sglang-0.5.23"))
-    runner = RunnerProfile(name="cpu-avx512", device="cpu")
-    said: list[str] = []
-    assert envs.python_for_runner(python, runner, said.append) == python
-    assert envs.python_for_runner(python, runner, said.append) == python
-    assert said == [
-        "CPU runner 'cpu-avx512': resolved with SGLang's CPU kernel stubbed, not loaded (this CPU lacks avx512f, "
-        "avx512bw, avx512vl, avx512dq, avx512cd; the kernel is built for AVX-512): its attention backend is this "
-        "CPU's, not the runner's"
-    ]
-
-
-def test_gpu_runners_and_foreign_interpreters_are_used_as_given(tmp_path: Path) -> None:
-    gpu = RunnerProfile(
-        name="a6000", gpu_count=2, gpu_name="NVIDIA RTX A6000", compute_capability="8.6", memory_gib=48.0
-    )
-    assert envs.python_for_runner("/opt/sglang/bin/python", gpu) == "/opt/sglang/bin/python"
-    cpu = RunnerProfile(name="cpu", device="cpu", cpu_kernel="torch-native")
-    assert envs.python_for_runner("/opt/sglang/bin/python", cpu) == "/opt/sglang/bin/python"
-
-
-def test_each_kernel_has_its_own_cpu_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("SGLPERF_HOME", str(tmp_path))
-    assert envs.cpu_env_for("0.5.23").path.name == "sglang-0.5.23-cpu"
-    assert envs.cpu_env_for("0.5.23", "torch-native").path.name == "sglang-0.5.23-cpu-native"
-    # Neither is taken for a release environment, nor built by python_for_runner when given as the python.
-    for name in ("sglang-0.5.23-cpu", "sglang-0.5.23-cpu-native"):
-        python = str(_managed_python(tmp_path, name))
-        assert envs.python_for_runner(python, RunnerProfile(name="c", device="cpu")) == python
-    assert [e.version for e in envs.list_envs()] == []
-
-
 def test_uv_excludes_what_the_torch_environment_provides_for_the_gpu_only(tmp_path: Path) -> None:
     # Not numpy or jinja2: a release that pins its own gets them in its own environment, as with pip.
     for name in ("torch-2.14.1", "nvidia_cublas-13.4.1.3", "triton-3.6.0", "numpy-2.3.5", "jinja2-3.1.6"):
@@ -357,7 +275,7 @@ def _record_installs(monkeypatch: pytest.MonkeyPatch, uv_fails: bool) -> list[li
         if uv_fails and "(uv)" in step:
             raise envs.EnvBuildError(f"{step} failed (exit 2):\nerror: no index could be reached")
 
-    monkeypatch.setattr(envs, "_run", run)
+    monkeypatch.setattr(envs, "run_step", run)
     return calls
 
 
@@ -400,7 +318,7 @@ def _build_with_fake_installers(
         if "venv" in cmd:
             (Path(cmd[-1]) / "lib" / "python3.11" / "site-packages").mkdir(parents=True)
 
-    monkeypatch.setattr(envs, "_run", run)
+    monkeypatch.setattr(envs, "run_step", run)
     wheel = tmp_path / "sglang-0.5.23-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w") as zf:
         zf.writestr("sglang-0.5.23.dist-info/METADATA", METADATA)

@@ -40,7 +40,7 @@ def test_only_environment_folders_inside_the_cache_are_ever_removed(
     outside = tmp_path / "outside"
     outside.mkdir()
     with pytest.raises(envs.EnvBuildError, match="refusing to delete"):
-        envs._remove_ours(outside)
+        envs.remove_env_folder(outside)
     assert outside.is_dir()
 
 

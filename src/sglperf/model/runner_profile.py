@@ -12,7 +12,7 @@ from sglperf.model.deployment_fields import COMPUTE_CAPABILITY_PATTERN, Slug, St
 GPU_PROFILE_FIELDS = ("gpu_count", "gpu_name", "compute_capability", "memory_gib")
 # What serves SGLang's kernel ops on a CPU runner: SGLang's CPU kernel package (built for AVX-512; the
 # intel_amx path, the CPU graph and speculative decoding), or none at all, so that SGLang takes its own
-# torch_native fallbacks (any x86-64 CPU). sglperf.sglang.envs builds the environment for each.
+# torch_native fallbacks (any x86-64 CPU). sglperf.sglang.cpu_envs builds the environment for each.
 CpuKernel = Literal["sgl-kernel", "torch-native"]
 
 

@@ -30,7 +30,7 @@ from sglperf.model.process_exit import describe_exit
 from sglperf.model.progress import Progress, say_once, silent
 from sglperf.model.resolution import LogLine, ModelFacts, Resolution, SGLangError, Write
 from sglperf.model.runner_profile import RunnerProfile
-from sglperf.sglang import envs
+from sglperf.sglang import cpu_features, envs
 from sglperf.sglang.argv import Option, ParserInfo, Release
 from sglperf.sglang.processes import kill_group, run_bounded
 
@@ -220,7 +220,7 @@ class _Worker:
                 code = None
             ended = "closed its output" if code is None else describe_exit(code)
             if code == -signal.SIGILL:  # the instruction sets are what the reader needs next
-                ended += f"; this CPU: {envs.cpu_kind()}"
+                ended += f"; this CPU: {cpu_features.cpu_kind()}"
             tail = self.stderr_tail()
             self.close()
             raise PreflightError(f"the SGLang probe ended while {doing}: {ended}; its output ends with:\n{tail}")
@@ -268,7 +268,7 @@ class Resolver:
             else Path(os.environ.get("SGLPERF_PREFLIGHT_CACHE", envs.home() / "preflight"))
         )
         # Never imported on a CPU that cannot run SGLang's CPU kernel: the import would kill the probe.
-        self._never_import = [envs.KERNEL_MODULE] if envs.cpu_kernel_problem() else []
+        self._never_import = [cpu_features.KERNEL_MODULE] if cpu_features.cpu_kernel_problem() else []
         self._key_base = {
             "never_import": self._never_import,
             "python": os.path.realpath(python),
@@ -335,7 +335,7 @@ class Resolver:
             if kept_out:
                 say_once(
                     self._progress,
-                    f"preflight: {', '.join(kept_out)} stubbed, not imported: {envs.cpu_kernel_problem()}",
+                    f"preflight: {', '.join(kept_out)} stubbed, not imported: {cpu_features.cpu_kernel_problem()}",
                 )
             error = worker.hello.get("error")
             if error:

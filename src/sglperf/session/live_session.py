@@ -32,7 +32,7 @@ from sglperf.session.handles import ServerHandle, VariantRef
 from sglperf.session.measurement import Measurement
 from sglperf.session.preflight_session import PreflightSession, deployment_key
 from sglperf.session.running import LiveOptions, LiveSkip, RunningVariant
-from sglperf.sglang import batch_log, envs, metrics_catalogue
+from sglperf.sglang import batch_log, cpu_features, metrics_catalogue
 from sglperf.sglang.argv import ParsedArgv
 from sglperf.sglang.cpu_shim import AMX_NOTE
 from sglperf.sglang.flags import LaunchPlan, launch_plan
@@ -72,7 +72,7 @@ class LiveSession:
             # A real SGLang server on this CPU: no GPU to find or lock, but a CPU its kernel runs on.
             if self.options.emulator:
                 return None
-            problem = envs.runner_cpu_problem(deployment.runner.kernel)
+            problem = cpu_features.runner_cpu_problem(deployment.runner.kernel)
             if problem:
                 return f"{problem} (CPU runner {deployment.runner.name!r})"
             unset = self._unset_model_path(deployment)

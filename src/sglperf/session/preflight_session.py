@@ -9,7 +9,7 @@ from sglperf.model.deployment import Deployment
 from sglperf.model.progress import Progress, silent
 from sglperf.model.verdict import Verdict
 from sglperf.session.handles import EffectiveArgsView, VariantRef
-from sglperf.sglang import envs
+from sglperf.sglang import cpu_envs, envs
 
 
 def deployment_key(deployment: Deployment) -> str:
@@ -30,7 +30,7 @@ class PreflightSession:
         profile_key = deployment.runner.model_dump_json()
         if profile_key not in self._resolvers:
             # A CPU runner of a managed release resolves (and serves) with that release's CPU environment.
-            python = envs.python_for_runner(self._python(), deployment.runner, self._progress)
+            python = cpu_envs.python_for_runner(self._python(), deployment.runner, self._progress)
             self._resolvers[profile_key] = preflight.Resolver(python, deployment.runner, progress=self._progress)
         return self._resolvers[profile_key]
 

@@ -9,7 +9,7 @@ from sglperf.sglang.metrics_catalogue import METRICS_FIELD
 LAUNCH_MODULE = "sglang.launch_server"
 # SGLang's own benchmark client, newest path first: 0.5.23 moved it and warns on the old one
 # ("`sglang.bench_serving` is deprecated and will be removed in a future release; use
-# `sglang.benchmark.serving` instead"). Which one a release has: envs.bench_serving_module.
+# `sglang.benchmark.serving` instead"). Which one a release has: bench_client.bench_serving_module.
 BENCH_SERVING_MODULES = ("sglang.benchmark.serving", "sglang.bench_serving")
 # /health_generate generates a token (the real check); releases without it answer /health only.
 HEALTH_PATHS = ("/health_generate", "/health")
