@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sglperf.model.host_load import HostLoad, HostLoadSummary
-from sglperf.plugin import _share
+from sglperf.options import share
 from sglperf.runtime import host_probe
 
 from ..support.quiet_host import cpu_of_others, used_between
@@ -80,5 +80,5 @@ def test_the_slack_covers_the_counters_rounding_on_a_short_quiet_round() -> None
 @pytest.mark.parametrize("text", ["0", "-0.1", "1.5", "ten", "nan"])
 def test_max_host_load_outside_0_to_1_is_a_usage_error(text: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError, match=f"'{text}' is not a share of the CPU between 0"):
-        _share(text)
-    assert _share("0.03") == 0.03 and _share("1") == 1.0
+        share(text)
+    assert share("0.03") == 0.03 and share("1") == 1.0

@@ -25,6 +25,7 @@ LAYERS = {
     "scaffold": 5,  # `sglperf init`: a first deployment file from what can be read
     "reporting": 6,  # table, markdown, plots
     "session": 7,  # one run's state
+    "options": 7,  # every command-line option, defined once for the plugin and the command
     "plugin": 8,  # pytest, a thin layer
     "cli": 8,  # the command, a thin layer
 }

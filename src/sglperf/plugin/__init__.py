@@ -8,7 +8,6 @@ A thin layer: collection turns deployments into items; running an item asks the 
 
 from __future__ import annotations
 
-import argparse
 import datetime as _dt
 import os
 import re
@@ -18,12 +17,10 @@ from typing import Any
 
 import pytest
 
-from sglperf.history import HISTORY_ENV
 from sglperf.history.results_folder import RunStamp
 from sglperf.model.files import SAFE_NAME_PATTERN, writable_folder_problem
-from sglperf.model.gpu_telemetry import DEFAULT_MAX_GPU_THROTTLE
-from sglperf.model.host_load import DEFAULT_MAX_HOST_LOAD
 from sglperf.model.progress import Progress
+from sglperf.options import ATTACH_URL_ENV, PLUGIN_OPTIONS, RUN_ID_ENV
 from sglperf.plugin.items import DeploymentFile, EffectSelection
 from sglperf.plugin.keys import LIVE_KEY, PREFLIGHT_KEY, PROGRESS_KEY, SIGTERM_KEY
 from sglperf.plugin.progress import LiveProgress
@@ -47,8 +44,6 @@ from sglperf.sglang import envs
 
 RESULTS_DIR_INPUT = "sglperf_results_dir"
 RUN_INPUT = "sglperf_run"  # the run's id and start time, for xdist workers
-RUN_ID_ENV = "SGLPERF_RUN_ID"
-ATTACH_URL_ENV = "SGLPERF_SGLANG_URL"
 __all__ = [
     "assert_baseline",
     "pytest_generate_tests",
@@ -66,115 +61,9 @@ TIER_MARKERS = {
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("sglperf", "SGLang performance-regression suite")
-    add = group.addoption
-    add("--sglang-python", metavar="PATH", help="interpreter of the SGLang environment to use (default: this one)")
-    add(
-        "--sglang-version",
-        metavar="VERSION",
-        help="use sglperf's managed environment for this SGLang release (built on first use)",
-    )
-    add(
-        "--emulator",
-        action="store_true",
-        help="run the live tier against the SGLang emulator (a test double; its numbers are not GPU results)",
-    )
-    add(
-        "--emulator-config",
-        metavar="JSON|@FILE",
-        help='timing model and faults for the emulator; a "variants" object gives variants their own (by id)',
-    )
-    add("--model-path", metavar="PATH", help="checkpoint path on this runner (or $SGLPERF_MODEL_PATH)")
-    add("--api-key", metavar="KEY", help="API key the servers require (or $SGLPERF_API_KEY)")
-    add("--results-dir", metavar="DIR", help="where server logs and results go (default: results/<UTC time>)")
-    add(
-        "--ignore-runner-mismatch",
-        action="store_true",
-        help="run live items even if the visible GPUs differ from the deployment's runner profile",
-    )
-    add("--gpu-timeout", type=float, default=3600.0, metavar="S", help="how long to wait for a free GPU set")
-    add("--baselines-dir", metavar="DIR", help="baseline store (default: <rootdir>/baselines)")
-    add(
-        "--update-baselines",
-        action="store_true",
-        help="record the measured samples as the new baselines (refused for variants whose effective args are wrong)",
-    )
-    add("--baseline-missing", choices=("fail", "skip"), default="fail", help="what a measurement without baseline does")
-    add(
-        "--baseline-mismatch",
-        choices=("fail", "skip"),
-        default="fail",
-        help="what a baseline from another runner profile, GPU model or GPU count does",
-    )
-    add(
-        "--sglang-url",
-        metavar="URL",
-        help=f"check and measure a server that is already running (or ${ATTACH_URL_ENV}); nothing is launched "
-        "or stopped",
-    )
-    add(
-        "--sglang-url-gpus",
-        metavar="COUNTxNAME",
-        help="the attached server's GPUs, e.g. '2xNVIDIA RTX A6000' (SGLang does not report them; needed to record "
-        "baselines)",
-    )
-    add(
-        "--max-host-load",
-        type=_share,
-        metavar="SHARE",
-        help="drop and run again a measured round during which other processes and the hypervisor took more than "
-        f"this share of the machine's CPU (default: the runner profile's max_host_load, else "
-        f"{DEFAULT_MAX_HOST_LOAD:g}; 1 never drops)",
-    )
-    add(
-        "--quiet-wait",
-        type=_seconds,
-        default=60.0,
-        metavar="SECONDS",
-        help="how long one measurement waits, in all, for a quiet host and GPU after dropping a disturbed round "
-        "(default 60)",
-    )
-    add(
-        "--max-gpu-throttle",
-        type=_share,
-        metavar="SHARE",
-        help="drop and run again a measured round during which a GPU ran clock-limited by temperature or power "
-        "for more than this share of it (default: the runner profile's max_gpu_throttle, else "
-        f"{DEFAULT_MAX_GPU_THROTTLE:g}; 1 never drops for throttling)",
-    )
-    add(
-        "--no-gpu-telemetry",
-        action="store_true",
-        help="read no GPU telemetry (NVML) during measured rounds: no round is dropped for a throttling GPU or a "
-        "foreign GPU process",
-    )
-    add(
-        "--history-store",
-        metavar="PATH|URL|off",
-        help=f"run-history store this run is recorded in and drift is read from: an SQLite file, a postgresql:// URL, "
-        f"or off (default: ${HISTORY_ENV}, else ~/.local/share/sglperf/history.sqlite)",
-    )
-    add("--run-id", metavar="ID", help=f"this run's id in the history (default: ${RUN_ID_ENV}, else UTC time + random)")
+    for spec in PLUGIN_OPTIONS:
+        spec.add_to(group.addoption)
     parser.addini("sglperf_deployments", "folder holding deployment files", default="deployments")
-
-
-def _share(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0.0 < value <= 1.0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a share of the CPU between 0 (excluded) and 1")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0.0 <= value < 86_400:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds between 0 and 86400")
-    return value
 
 
 def _results_dir(config: pytest.Config) -> Path:
