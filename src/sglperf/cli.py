@@ -232,7 +232,7 @@ def _store(location: str | None) -> history.SqlHistoryStore:
 
 def cmd_history(args: argparse.Namespace) -> int:
     """Import results folders or export lines into the store, export it, or list its runs."""
-    from sglperf.history.results_folder import ResultsError
+    from sglperf.results.folder import ResultsError
 
     store = _store(args.history_store)
     try:
@@ -270,8 +270,8 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 def _runs_in(path: Path) -> list[StoredRun]:
     from sglperf.history import ingest
-    from sglperf.history.results_folder import ResultsError
     from sglperf.model.files import os_problem, read_input
+    from sglperf.results.folder import ResultsError
 
     if path.is_dir():
         return [ingest.from_folder(path)]

@@ -13,10 +13,10 @@ from matplotlib.figure import Figure
 from sglperf.baselines import stats
 from sglperf.baselines.regression import comparison_record
 from sglperf.history.compare import compare_runs
-from sglperf.history.results_folder import collect
 from sglperf.model.measurement import MeasurementRecord, SampleSummary
 from sglperf.model.metrics import describe_change, format_level
 from sglperf.reporting import markdown, plots
+from sglperf.results.folder import collect
 
 from ..support.history import measurement, stored_run
 from .test_markdown_report import write_folder

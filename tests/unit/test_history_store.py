@@ -14,9 +14,9 @@ from sglperf import cli
 from sglperf.history import HistoryError, ingest, open_store
 from sglperf.history.compare import compare_runs, render
 from sglperf.history.records import StoredRun
-from sglperf.history.results_folder import ResultsError, RunStamp, collect, read_stamp
 from sglperf.model.measurement import MeasurementRecord
 from sglperf.model.verdict import Status, Verdict
+from sglperf.results.folder import ResultsError, RunStamp, collect, read_stamp
 
 from ..support.history import measurement, stored_run, verdict
 

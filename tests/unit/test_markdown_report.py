@@ -9,7 +9,6 @@ import pytest
 
 from sglperf.baselines import roofline
 from sglperf.history import ingest, open_store
-from sglperf.history.results_folder import ResultsError, collect
 from sglperf.model.hardware import Bandwidth
 from sglperf.model.host_load import HostLoad, HostLoadSummary
 from sglperf.model.measurement import (
@@ -22,6 +21,7 @@ from sglperf.model.measurement import (
 from sglperf.model.metrics import MetricOutcome
 from sglperf.model.verdict import Status, Verdict
 from sglperf.reporting import history, markdown
+from sglperf.results.folder import REPORT_NAME, ResultsError, collect
 
 
 def verdict(
@@ -234,7 +234,7 @@ def test_write_saves_the_report_and_links_every_plot(tmp_path: Path) -> None:
     m = measurement(comparisons=(REGRESSION,))
     folder = write_folder(tmp_path / "night", [verdict()], [m])
     path = markdown.write(folder)
-    assert path == folder / markdown.REPORT_NAME
+    assert path == folder / REPORT_NAME
     text = path.read_text()
     run = collect(folder)
     made = {m.key: [folder / "plots" / f"{m.key}-samples.png"]}

@@ -15,11 +15,11 @@ from matplotlib.figure import Figure
 from sglperf.baselines.changepoint import Drift
 from sglperf.cli import main
 from sglperf.history import ingest, open_store
-from sglperf.history.results_folder import RunResults, RunStamp, collect
 from sglperf.model.files import OutsideFolderError, confined
 from sglperf.model.measurement import MeasurementRecord, MetricComparison, Provenance, SampleSummary
 from sglperf.model.metrics import MetricOutcome, unit_of
 from sglperf.reporting import history, plots
+from sglperf.results.folder import RunResults, RunStamp, collect
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -17,9 +17,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from sglperf.history.records import RunIdentity, StoredRun
-from sglperf.history.results_folder import MEASUREMENTS_DIR, VERDICTS_GLOB, ResultsError, RunResults, collect
 from sglperf.model.measurement import MeasurementRecord
 from sglperf.model.verdict import Verdict
+from sglperf.results.folder import ResultsError, RunResults, collect, identity_files
 
 
 def stored_run(results: RunResults) -> StoredRun:
@@ -79,7 +79,7 @@ def _mtime(folder: Path) -> str:
 def _digest(folder: Path) -> str:
     """Of the records in the folder, by name and content: the same folder, copied or moved, digests the same."""
     h = hashlib.sha256()
-    for path in sorted([*folder.glob(VERDICTS_GLOB), *(folder / MEASUREMENTS_DIR).glob("*.json")]):
+    for path in identity_files(folder):
         h.update(path.relative_to(folder).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()[:16]
 

@@ -19,7 +19,6 @@ from typing import Any
 import pytest
 
 from sglperf.history import HISTORY_ENV
-from sglperf.history.results_folder import RunStamp
 from sglperf.model.files import SAFE_NAME_PATTERN, writable_folder_problem
 from sglperf.model.gpu_telemetry import DEFAULT_MAX_GPU_THROTTLE
 from sglperf.model.host_load import DEFAULT_MAX_HOST_LOAD
@@ -41,6 +40,7 @@ from sglperf.plugin.user_tests import (
     sglang_server,
     sglang_variant,
 )
+from sglperf.results.folder import RunStamp
 from sglperf.runtime import gpus, server
 from sglperf.session import LiveOptions, LiveSession, PreflightSession
 from sglperf.sglang import envs

@@ -11,12 +11,11 @@ import pytest
 
 from sglperf.baselines.variant_effects import variant_effects
 from sglperf.errors import SglperfError
-from sglperf.history.results_folder import RUN_ID_FIELD
 from sglperf.model.deployment import Deployment, LoadPoint, Variant, load
-from sglperf.model.files import strict_json
 from sglperf.model.measurement import MeasurementRecord
 from sglperf.model.verdict import Status, Verdict
 from sglperf.plugin.keys import CONFIGS_WRITTEN_KEY, LIVE_KEY, PREFLIGHT_KEY, xdist_worker
+from sglperf.results import folder as results_folder
 from sglperf.runtime.provenance import effective_config_record
 from sglperf.session import LiveSession, LiveSkip
 
@@ -92,7 +91,7 @@ class VariantNode(pytest.Collector):
             for point in workload.load_points():
                 yield MeasureItem.from_parent(
                     self,
-                    name=f"{d.key}-{variant.id}-{workload.id}-{point.tag}",
+                    name=results_folder.measurement_key(d.key, variant.id, workload.id, point.tag),
                     deployment=d,
                     variant_id=variant.id,
                     intent="",
@@ -125,7 +124,7 @@ class EffectsNode(pytest.Collector):
                 for point in workload.load_points():
                     yield VariantEffectItem.from_parent(
                         self,
-                        name=f"{d.key}-{variant.id}-{workload.id}-{point.tag}-effect",
+                        name=results_folder.measurement_key(d.key, variant.id, workload.id, point.tag) + "-effect",
                         deployment=d,
                         variant_id=variant.id,
                         intent="",
@@ -394,22 +393,16 @@ def _append_config(config: pytest.Config, verdict: Verdict, effective: Mapping[s
     if record.key in written:
         return
     written.add(record.key)
-    append_line(config, "configs", record.to_record())
+    append_run_line(config, results_folder.LineKind.CONFIGS, record.to_record())
 
 
 def _append_verdict(config: pytest.Config, verdict: Verdict) -> None:
-    append_line(config, "verdicts", verdict.to_record())
+    append_run_line(config, results_folder.LineKind.VERDICTS, verdict.to_record())
 
 
-def append_line(config: pytest.Config, kind: str, record: dict[str, Any]) -> None:
-    """One JSON line per record; one file per kind and pytest process, so xdist workers never interleave."""
+def append_run_line(config: pytest.Config, kind: results_folder.LineKind, record: dict[str, Any]) -> None:
+    """One JSON line in this pytest process's file of ``kind``, so xdist workers never interleave."""
     options = config.stash[LIVE_KEY].options
-    folder = options.results_dir
-    folder.mkdir(parents=True, exist_ok=True)
-    worker = xdist_worker(config) or "main"
-    if options.run is not None:
-        if said := options.run.stamp(folder):
-            config.stash[LIVE_KEY].progress(said)
-        record[RUN_ID_FIELD] = options.run.run_id  # a reused folder reads back as its latest run
-    with open(folder / f"{kind}-{worker}.jsonl", "a") as fh:
-        fh.write(strict_json(record, sort_keys=True) + "\n")
+    writer = xdist_worker(config) or "main"
+    if said := results_folder.append_line(options.results_dir, kind, writer, record, options.run):
+        config.stash[LIVE_KEY].progress(said)

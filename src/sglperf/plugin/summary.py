@@ -10,14 +10,14 @@ import pytest
 
 from sglperf.baselines.variant_effects import variant_effects
 from sglperf.history import chosen
-from sglperf.history.results_folder import NoResults, ResultsError, collect
-from sglperf.model.item_outcome import INTERRUPTED_PHASE, MAX_REASON_CHARS, OUTCOMES_KIND, ItemOutcome
+from sglperf.model.item_outcome import INTERRUPTED_PHASE, MAX_REASON_CHARS, ItemOutcome
 from sglperf.model.measurement import BaselineStatus, MeasurementRow
 from sglperf.model.metrics import METRICS, MetricOutcome
-from sglperf.plugin.items import MEASUREMENT_PROPERTY, append_line
+from sglperf.plugin.items import MEASUREMENT_PROPERTY, append_run_line
 from sglperf.plugin.keys import LIVE_KEY
 from sglperf.reporting import markdown
 from sglperf.reporting.effects import effect_lines, whose_numbers
+from sglperf.results.folder import LineKind, NoResults, ResultsError, collect
 
 INTERRUPTED_RUN = "(the run)"  # the outcome's node id when the run was cut between two items
 
@@ -71,8 +71,8 @@ class RunSummary:
             for nodeid, started in self.running.items()
         ]
         for nodeid, reason, duration in cut or [(INTERRUPTED_RUN, f"interrupted ({how}) between items, {so_far}", 0.0)]:
-            append_line(
-                self.config, OUTCOMES_KIND, ItemOutcome(nodeid, INTERRUPTED_PHASE, reason, duration).to_record()
+            append_run_line(
+                self.config, LineKind.OUTCOMES, ItemOutcome(nodeid, INTERRUPTED_PHASE, reason, duration).to_record()
             )
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -90,7 +90,7 @@ class RunSummary:
             outcome = ItemOutcome(
                 report.nodeid, report.when or "call", report.longreprtext[:MAX_REASON_CHARS], report.duration
             )
-            append_line(self.config, OUTCOMES_KIND, outcome.to_record())
+            append_run_line(self.config, LineKind.OUTCOMES, outcome.to_record())
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         """A baseline refresh that refreshed nothing is a failure, not a green run: the person who asked

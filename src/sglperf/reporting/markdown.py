@@ -10,16 +10,14 @@ from sglperf.baselines import roofline
 from sglperf.baselines.variant_effects import variant_effects
 from sglperf.history import HistoryError, SqlHistoryStore, open_store
 from sglperf.history.ingest import stored_run
-from sglperf.history.results_folder import RunResults, collect
 from sglperf.model.item_outcome import INTERRUPTED_PHASE
 from sglperf.model.measurement import MeasurementRecord, Roofline
 from sglperf.model.metrics import describe_change
 from sglperf.reporting import history, plots
 from sglperf.reporting.effects import effects_markdown
 from sglperf.reporting.plots import effect_plot_name
+from sglperf.results.folder import PLOTS_DIR, REPORT_NAME, RunResults, collect
 from sglperf.sglang.metrics_catalogue import WATCHED
-
-REPORT_NAME = "report.md"
 
 
 def _fmt(value: object) -> str:
@@ -208,11 +206,11 @@ def markdown(
                     lines.append(f"| {metric} | - | {_fmt(summary.median)} | - | - | {m.baseline_status.value} |")
             lines.append("")
             for path in plot_files.get(m.key, ()):
-                lines += [f"![{path.stem}](plots/{path.name})", ""]
+                lines += [f"![{path.stem}]({PLOTS_DIR}/{path.name})", ""]
     effects = variant_effects(run.measurements)
     lines += effects_markdown(effects)
     for name in sorted({effect_plot_name(e) for e in effects}):
-        lines += [f"![{path.stem}](plots/{path.name})\n" for path in plot_files.get(name, ())]
+        lines += [f"![{path.stem}]({PLOTS_DIR}/{path.name})\n" for path in plot_files.get(name, ())]
     if any(_hardware_roofline(m) for m in run.measurements):
         lines += [
             "## Roofline",
@@ -230,7 +228,7 @@ def write(folder: Path, store: SqlHistoryStore | None = None, store_note: str | 
     run recorded in it already); returns the report's path."""
     run = collect(folder)
     past = history.read(run, store, store_note)
-    made = plots.draw(run, folder / "plots", past)
+    made = plots.draw(run, folder / PLOTS_DIR, past)
     path = folder / REPORT_NAME
     path.write_text(markdown(run, made, past) + "\n")
     return path

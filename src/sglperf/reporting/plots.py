@@ -13,12 +13,12 @@ import numpy as np
 
 from sglperf.baselines.changepoint import Drift
 from sglperf.baselines.variant_effects import variant_effects
-from sglperf.history.results_folder import RunResults
 from sglperf.model.files import confined
 from sglperf.model.measurement import MeasurementRecord, MetricComparison
 from sglperf.model.metrics import METRICS, Direction, describe_change, unit_of
 from sglperf.model.variant_effect import EffectVerdict, VariantEffect
 from sglperf.reporting.history import Point, RunHistory
+from sglperf.results.folder import RunResults
 
 
 def _agg() -> None:
