@@ -175,8 +175,8 @@ def cmd_baseline(args: argparse.Namespace) -> int:
             b = store.load(path)
             p = b.provenance
             gpus = ", ".join(sorted(set(p.gpu_names)))
-            emulated = " [EMULATOR]" if p.emulated else ""
-            print(f"{path}: {b.deployment}/{b.variant} on {p.runner} ({p.gpu_count}x {gpus}){emulated}")
+            tag = p.numbers_source.words.tag
+            print(f"{path}: {b.deployment}/{b.variant} on {p.runner} ({p.gpu_count}x {gpus}){tag}")
             print(
                 f"  SGLang {p.sglang_version}, torch {p.torch_version}, CUDA {p.cuda_version}, "
                 f"driver {p.driver_version}, "
@@ -258,8 +258,10 @@ def cmd_history(args: argparse.Namespace) -> int:
             for line in store.export_lines():
                 print(line)
             return 0
+        from sglperf.model.numbers_source import NumbersSource
+
         for ident in store.runs():
-            flags = " emulator" if ident.emulated else ""
+            flags = NumbersSource.of(emulated=ident.emulated).words.flag
             print(
                 f"{ident.recorded_at} {ident.run_id} runner={ident.runner or '-'} SGLang {ident.sglang_version}{flags}"
             )
@@ -317,7 +319,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def _print_variant_effects(records: Sequence[MeasurementRecord], label: str, as_json: bool) -> int:
     from sglperf.baselines.variant_effects import variant_effects
-    from sglperf.reporting.effects import effect_lines, effects_json, whose_numbers
+    from sglperf.model.numbers_source import NumbersSource
+    from sglperf.reporting.effects import effect_lines, effects_json
 
     effects = variant_effects(records)
     if as_json:
@@ -325,7 +328,8 @@ def _print_variant_effects(records: Sequence[MeasurementRecord], label: str, as_
     elif not effects:
         print(f"{label}: no variant effects (it measured no point with the reference variant and another one)")
     else:
-        print(f"Variant effects in {label}{whose_numbers(records)}")
+        source = NumbersSource.of_all(r.numbers_source for r in records)
+        print(f"Variant effects in {label}{source.words.caption}")
         print("\n".join(effect_lines(effects)))
     return 0
 

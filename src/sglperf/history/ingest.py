@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from sglperf.history.records import RunIdentity, StoredRun
 from sglperf.model.measurement import MeasurementRecord
+from sglperf.model.numbers_source import NumbersSource
 from sglperf.model.verdict import Verdict
 from sglperf.results.folder import ResultsError, RunResults, collect, identity_files
 
@@ -53,7 +54,7 @@ def _identity(results: RunResults) -> RunIdentity:
         ),
         args_digest=_joined(p.effective_args_digest for p in provenances),
         deployment_commit=_joined(p.git_commit for p in provenances) or "unknown",
-        emulated=results.emulated,
+        emulated=results.numbers_source is NumbersSource.EMULATOR,
         source=str(results.folder.resolve()),
     )
 

@@ -13,6 +13,7 @@ from sglperf.baselines.variant_effects import variant_effects
 from sglperf.errors import SglperfError
 from sglperf.model.deployment import Deployment, LoadPoint, Variant, load
 from sglperf.model.measurement import MeasurementRecord
+from sglperf.model.numbers_source import NumbersSource
 from sglperf.model.verdict import Status, Verdict
 from sglperf.plugin.keys import CONFIGS_WRITTEN_KEY, LIVE_KEY, PREFLIGHT_KEY, xdist_worker
 from sglperf.results import folder as results_folder
@@ -276,7 +277,7 @@ class MeasureItem(LiveTierItem):
             self.user_properties.append((f"median_{metric}", s.median))
         self.add_report_section(
             "call",
-            "measurement" + (" (EMULATOR, not GPU results)" if record.emulated else ""),
+            "measurement" + record.numbers_source.words.item_section,
             "\n".join(measurement_section(record)),
         )
         judge_measurement(record)
@@ -350,7 +351,9 @@ class CapacityItem(LiveTierItem):
         workload = next(w for w in self.deployment.workloads if w.id == self.workload_id)
         report = self.live().capacity(self.deployment, self.variant(), workload)
         self.add_report_section(
-            "call", "capacity" + (" (EMULATOR, not GPU results)" if report.emulated else ""), "\n".join(report.lines())
+            "call",
+            "capacity" + NumbersSource.of(emulated=report.emulated).words.item_section,
+            "\n".join(report.lines()),
         )
         if report.missing:
             rates = ", ".join(f"{r:g}" for r in report.missing)

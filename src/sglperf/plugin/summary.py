@@ -13,10 +13,11 @@ from sglperf.history import chosen
 from sglperf.model.item_outcome import INTERRUPTED_PHASE, MAX_REASON_CHARS, ItemOutcome
 from sglperf.model.measurement import BaselineStatus, MeasurementRow
 from sglperf.model.metrics import METRICS, MetricOutcome
+from sglperf.model.numbers_source import NumbersSource
 from sglperf.plugin.items import MEASUREMENT_PROPERTY, append_run_line
 from sglperf.plugin.keys import LIVE_KEY
 from sglperf.reporting import markdown
-from sglperf.reporting.effects import effect_lines, whose_numbers
+from sglperf.reporting.effects import effect_lines
 from sglperf.results.folder import LineKind, NoResults, ResultsError, collect
 
 INTERRUPTED_RUN = "(the run)"  # the outcome's node id when the run was cut between two items
@@ -113,8 +114,9 @@ class RunSummary:
         if self.nothing_refreshed:
             tr.write_line(self.nothing_refreshed, red=True)
         if self.rows:
-            emulated = any(r.emulated for r in self.rows)
-            tr.section("sglperf measurements" + (" (EMULATOR: a test double, not GPU results)" if emulated else ""))
+            # A row carries no GPU count, so the table names the emulator only.
+            source = NumbersSource.of_all(NumbersSource.of(emulated=r.emulated) for r in self.rows)
+            tr.section("sglperf measurements" + source.words.caption)
             headings = [_heading(metric, scale, fmt) for metric, scale, fmt in COLUMNS]
             tr.write_line(f"{'item':44} {' '.join(headings)} {'rounds':>6} {'host':>5}  baseline")
             for row in sorted(self.rows, key=lambda r: r.key):
@@ -136,7 +138,9 @@ class RunSummary:
                 tr.write_line(f"sglperf report: not written: {exc}", red=True)
                 return
             if effects:
-                tr.section(f"sglperf variant effects{whose_numbers(measured)}")
+                tr.section(
+                    f"sglperf variant effects{NumbersSource.of_all(m.numbers_source for m in measured).words.caption}"
+                )
                 for line in effect_lines(effects):
                     tr.write_line(line)
             for line in said:

@@ -8,7 +8,6 @@ from collections.abc import Sequence
 from itertools import groupby
 
 from sglperf.baselines.variant_effects import without_measured_effect
-from sglperf.model.measurement import MeasurementRecord
 from sglperf.model.variant_effect import EffectVerdict, VariantEffect
 
 NO_MEASURED_EFFECT = "effective, no measured effect: every metric at every load point within its floor"
@@ -27,15 +26,6 @@ def _apart(effects: Sequence[VariantEffect]) -> str:
         return ""
     way = "after" if apart >= 0 else "before"
     return f" (ran {abs(apart) / 60:.1f} min {way} it)"
-
-
-def whose_numbers(records: Sequence[MeasurementRecord]) -> str:
-    """What the numbers are, said beside every effect shown: a test double's, a CPU server's, or GPUs'."""
-    if any(r.emulated for r in records):
-        return " (EMULATOR: a test double, not GPU results)"
-    if records and all(r.provenance.gpu_count == 0 for r in records):
-        return " (CPU server: CPU numbers, not GPU results)"
-    return ""
 
 
 def effect_lines(effects: Sequence[VariantEffect]) -> list[str]:

@@ -13,6 +13,7 @@ from sglperf.history.ingest import stored_run
 from sglperf.model.item_outcome import INTERRUPTED_PHASE
 from sglperf.model.measurement import MeasurementRecord, Roofline
 from sglperf.model.metrics import describe_change
+from sglperf.model.numbers_source import NumbersSource
 from sglperf.reporting import history, plots
 from sglperf.reporting.effects import effects_markdown
 from sglperf.reporting.plots import effect_plot_name
@@ -68,11 +69,11 @@ def _server_metrics_line(m: MeasurementRecord) -> str | None:
 def _hardware_roofline(m: MeasurementRecord) -> Roofline | None:
     """The roofline to show as a hardware figure: none for the emulator, even from a record written
     before sglperf stopped computing one there (the runner's GPU bandwidth is not the emulator's)."""
-    return None if m.emulated or m.provenance.emulated else m.roofline
+    return None if m.numbers_source is NumbersSource.EMULATOR else m.roofline
 
 
 def _roofline_line(m: MeasurementRecord) -> str | None:
-    if m.emulated or m.provenance.emulated:
+    if m.numbers_source is NumbersSource.EMULATOR:
         return f"Roofline: not computed ({roofline.EMULATOR_NOTE})"
     r = m.roofline
     if r is None:
@@ -125,11 +126,8 @@ def markdown(
     failed = sum(v.status.failed for v in run.verdicts)
     regressions = sum(c.outcome.value == "regression" for m in run.measurements for c in m.comparisons)
     lines = [f"# sglperf report: {run.folder.name}", ""]
-    if run.emulated:
-        lines += [
-            "> Live numbers below come from the **SGLang emulator, a test double**: they are not GPU results.",
-            "",
-        ]
+    if banner := run.numbers_source.words.banner:
+        lines += [banner, ""]
     lines += [
         f"{len(variants)} variants, {len(run.verdicts)} intent checks ({failed} failed), "
         f"{len(run.measurements)} measurements ({regressions} regressions).",

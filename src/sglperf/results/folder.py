@@ -38,6 +38,7 @@ from sglperf.model.effective_config import EffectiveConfigRecord
 from sglperf.model.files import SAFE_NAME_PATTERN, os_problem, read_input, strict_json, write_text_atomic
 from sglperf.model.item_outcome import ItemOutcome
 from sglperf.model.measurement import MeasurementRecord
+from sglperf.model.numbers_source import NumbersSource
 from sglperf.model.verdict import Verdict
 
 RUN_FILE = "run.json"
@@ -170,8 +171,10 @@ class RunResults:
     failed_items: tuple[ItemOutcome, ...] = ()  # every item that failed, with or without a record
 
     @property
-    def emulated(self) -> bool:
-        return any(m.emulated for m in self.measurements) or any("emulator" in v.tier for v in self.verdicts)
+    def numbers_source(self) -> NumbersSource:
+        """Its measurements' source; the emulator's too when only its verdicts came from the emulator's tier."""
+        emulated_tier = [NumbersSource.EMULATOR for v in self.verdicts if "emulator" in v.tier]
+        return NumbersSource.of_all([*(m.numbers_source for m in self.measurements), *emulated_tier])
 
 
 def append_line(folder: Path, kind: LineKind, writer: str, record: dict[str, Any], run: RunStamp | None) -> str | None:

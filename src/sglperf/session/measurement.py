@@ -36,6 +36,7 @@ from sglperf.model.hardware import memory_bandwidth
 from sglperf.model.host_load import DEFAULT_MAX_HOST_LOAD, HostLoadSummary
 from sglperf.model.measurement import BaselineStatus, MeasurementRecord, Provenance, Roofline, Rounds
 from sglperf.model.metrics import METRICS
+from sglperf.model.numbers_source import NumbersSource
 from sglperf.model.progress import Progress, say_once
 from sglperf.model.prompts import PromptSet, load_prompts
 from sglperf.model.server_facts import ServerFacts
@@ -48,7 +49,7 @@ from sglperf.session.running import LiveOptions, RunningVariant
 from sglperf.sglang import metrics_catalogue
 from sglperf.sglang.intents import DECODE_GRAPH, PREFILL_GRAPH
 
-CPU_NOTE = "CPU server (device cpu): CPU numbers, not GPU results; baselines kept under baselines/cpu/"
+CPU_NOTE = f"{NumbersSource.CPU_SERVER.words.note}; baselines kept under baselines/cpu/"
 
 
 def _schedule_notes(workload: Workload, result: WorkloadResult) -> list[str]:
@@ -288,7 +289,8 @@ class Measurement:
             )
         roof, roof_note = self._roofline(samples)
         notes = ([regression.DUMMY_NOTE] if prov.dummy_weights else []) + verdict.notes + batch_notes
-        if running.facts.device == "cpu" and not running.facts.emulated:
+        source = NumbersSource.of(emulated=running.facts.emulated, device=running.facts.device)
+        if source is NumbersSource.CPU_SERVER:
             notes[:0] = [CPU_NOTE, *running.server_notes]
         if host is not None and (dropped := host.note()):
             notes.append(dropped)
