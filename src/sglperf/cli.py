@@ -23,7 +23,6 @@ from sglperf.sglang import envs
 if TYPE_CHECKING:
     from sglperf import history, preflight
     from sglperf.history.records import StoredRun
-    from sglperf.model.measurement import MeasurementRecord
     from sglperf.sglang.intents import ParserInfo
 
 DEFAULT_DEPLOYMENTS = "deployments"
@@ -210,12 +209,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     folder = Path(args.results_dir)
     if not folder.is_dir():
         raise UsageError(f"{folder}: no such results folder (give the --results-dir of a run)")
-    path, said = markdown.record_and_write(folder.resolve(), history.chosen(args.history_store))
-    for line in said:
+    written = markdown.record_and_write(folder.resolve(), history.chosen(args.history_store))
+    for line in written.said:
         _say(line)
-    print(path)
+    print(written.path)
     if args.summary:
-        print(path.read_text())
+        print(written.path.read_text())
     return 0
 
 
@@ -292,6 +291,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     """Two runs (ids in the store, or results folders): every metric and intent that changed; with
     --variants, one run's variants against its reference variant."""
     from sglperf.history import compare, ingest
+    from sglperf.reporting.changes import changes_table
 
     if args.variants == (args.b is not None):
         raise UsageError("compare takes two runs, or one run with --variants")
@@ -311,26 +311,18 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if store is not None:
             store.close()
     if args.variants:
-        return _print_variant_effects(runs[0].measurements, runs[0].identity.label, args.json)
+        return _print_variant_effects(runs[0], args.json)
     a, b = runs
-    print(compare.render(a.identity.label, b.identity.label, compare.compare_runs(a, b)))
+    print(changes_table(a.identity.label, b.identity.label, compare.compare_runs(a, b)))
     return 0
 
 
-def _print_variant_effects(records: Sequence[MeasurementRecord], label: str, as_json: bool) -> int:
-    from sglperf.baselines.variant_effects import variant_effects
-    from sglperf.model.numbers_source import NumbersSource
-    from sglperf.reporting.effects import effect_lines, effects_json
+def _print_variant_effects(run: StoredRun, as_json: bool) -> int:
+    from sglperf.reporting.effects import effects_json, effects_text
+    from sglperf.reporting.run_report import RunReport
 
-    effects = variant_effects(records)
-    if as_json:
-        print(effects_json(effects))
-    elif not effects:
-        print(f"{label}: no variant effects (it measured no point with the reference variant and another one)")
-    else:
-        source = NumbersSource.of_all(r.numbers_source for r in records)
-        print(f"Variant effects in {label}{source.words.caption}")
-        print("\n".join(effect_lines(effects)))
+    report = RunReport.of_stored(run)
+    print(effects_json(report.effects) if as_json else effects_text(report))
     return 0
 
 

@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from sglperf.baselines.variant_effects import variant_effects
 from sglperf.history import chosen
 from sglperf.model.item_outcome import INTERRUPTED_PHASE, MAX_REASON_CHARS, ItemOutcome
 from sglperf.model.measurement import BaselineStatus, MeasurementRow
@@ -17,8 +16,8 @@ from sglperf.model.numbers_source import NumbersSource
 from sglperf.plugin.items import MEASUREMENT_PROPERTY, append_run_line
 from sglperf.plugin.keys import LIVE_KEY
 from sglperf.reporting import markdown
-from sglperf.reporting.effects import effect_lines
-from sglperf.results.folder import LineKind, NoResults, ResultsError, collect
+from sglperf.reporting.effects import effects_console
+from sglperf.results.folder import LineKind, NoResults, ResultsError
 
 INTERRUPTED_RUN = "(the run)"  # the outcome's node id when the run was cut between two items
 
@@ -129,23 +128,21 @@ class RunSummary:
         folder = self.config.stash[LIVE_KEY].options.results_dir
         if not hasattr(self.config, "workerinput") and folder.is_dir():
             try:
-                path, said = markdown.record_and_write(folder.resolve(), chosen(self.config.getoption("history_store")))
-                measured = collect(folder.resolve()).measurements
-                effects = variant_effects(measured)
+                # The run's one report: report.md, its plots and the effects below are all rendered from it.
+                written = markdown.record_and_write(folder.resolve(), chosen(self.config.getoption("history_store")))
             except NoResults:
                 return  # nothing was checked, measured or failed in this run
             except ResultsError as exc:
                 tr.write_line(f"sglperf report: not written: {exc}", red=True)
                 return
-            if effects:
-                tr.section(
-                    f"sglperf variant effects{NumbersSource.of_all(m.numbers_source for m in measured).words.caption}"
-                )
-                for line in effect_lines(effects):
+            if written.report.effects:
+                title, lines = effects_console(written.report)
+                tr.section(title)
+                for line in lines:
                     tr.write_line(line)
-            for line in said:
+            for line in written.said:
                 tr.write_line(line)
-            tr.write_line(f"sglperf report: {path}")
+            tr.write_line(f"sglperf report: {written.path}")
 
 
 def _heading(metric: str, scale: float, fmt: str) -> str:

@@ -1,5 +1,6 @@
-"""Variant effects for a person: one block per variant and load point for the terminal (and `sglperf
-compare --variants`), a table for the report. Computed in `sglperf.baselines.variant_effects`."""
+"""Variant effects for a person: one block per variant and load point for the terminal (the console
+summary and `sglperf compare --variants`), a table for the report, JSON for tools; each from the run's
+one `RunReport`. Computed in `sglperf.baselines.variant_effects`."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from itertools import groupby
 
 from sglperf.baselines.variant_effects import without_measured_effect
 from sglperf.model.variant_effect import EffectVerdict, VariantEffect
+from sglperf.reporting.run_report import RunReport
 
 NO_MEASURED_EFFECT = "effective, no measured effect: every metric at every load point within its floor"
 
@@ -56,6 +58,19 @@ def effect_lines(effects: Sequence[VariantEffect]) -> list[str]:
             lines.append(f"  {'other' if shown else 'all'} metrics: {', '.join(said)}{more}")
     lines += [f"{name}: {NO_MEASURED_EFFECT}" for name in without_measured_effect(effects)]
     return lines
+
+
+def effects_console(report: RunReport) -> tuple[str, list[str]]:
+    """The console summary's section: its title, saying whose numbers they are, and its lines."""
+    return f"sglperf variant effects{report.numbers.words.caption}", effect_lines(report.effects)
+
+
+def effects_text(report: RunReport) -> str:
+    """`sglperf compare --variants`: the run's effects, or one line saying it has none."""
+    if not report.effects:
+        return f"{report.label}: no variant effects (it measured no point with the reference variant and another one)"
+    lines = [f"Variant effects in {report.label}{report.numbers.words.caption}", *effect_lines(report.effects)]
+    return "\n".join(lines)
 
 
 def effects_markdown(effects: Sequence[VariantEffect]) -> list[str]:

@@ -1,13 +1,13 @@
-"""The run report: a results folder as markdown, with its plots."""
+"""The run report: a `RunReport` as markdown (report.md), with its plots."""
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from sglperf.baselines import roofline
-from sglperf.baselines.variant_effects import variant_effects
 from sglperf.history import HistoryError, SqlHistoryStore, open_store
 from sglperf.history.ingest import stored_run
 from sglperf.model.item_outcome import INTERRUPTED_PHASE
@@ -17,7 +17,8 @@ from sglperf.model.numbers_source import NumbersSource
 from sglperf.reporting import history, plots
 from sglperf.reporting.effects import effects_markdown
 from sglperf.reporting.plots import effect_plot_name
-from sglperf.results.folder import PLOTS_DIR, REPORT_NAME, RunResults, collect
+from sglperf.reporting.run_report import RunReport, read_report
+from sglperf.results.folder import PLOTS_DIR, REPORT_NAME, collect
 from sglperf.sglang.metrics_catalogue import WATCHED
 
 
@@ -110,23 +111,19 @@ def _batches_line(m: MeasurementRecord) -> str | None:
     return line
 
 
-def markdown(
-    run: RunResults,
-    plot_files: Mapping[str, Sequence[Path]] | None = None,
-    past: history.RunHistory | None = None,
-) -> str:
+def markdown(run: RunReport, plot_files: Mapping[str, Sequence[Path]] | None = None) -> str:
     """Per variant: intents with verdicts, then metrics against the baseline, rounds, roofline, drift;
     first, since when each failing item fails."""
     plot_files = plot_files or {}
-    past = past or history.RunHistory()
+    past = run.past
     drifts = past.drifts
     variants = sorted(
         {(v.deployment, v.variant) for v in run.verdicts} | {(m.deployment, m.variant) for m in run.measurements}
     )
     failed = sum(v.status.failed for v in run.verdicts)
     regressions = sum(c.outcome.value == "regression" for m in run.measurements for c in m.comparisons)
-    lines = [f"# sglperf report: {run.folder.name}", ""]
-    if banner := run.numbers_source.words.banner:
+    lines = [f"# sglperf report: {run.label}", ""]
+    if banner := run.numbers.words.banner:
         lines += [banner, ""]
     lines += [
         f"{len(variants)} variants, {len(run.verdicts)} intent checks ({failed} failed), "
@@ -205,9 +202,8 @@ def markdown(
             lines.append("")
             for path in plot_files.get(m.key, ()):
                 lines += [f"![{path.stem}]({PLOTS_DIR}/{path.name})", ""]
-    effects = variant_effects(run.measurements)
-    lines += effects_markdown(effects)
-    for name in sorted({effect_plot_name(e) for e in effects}):
+    lines += effects_markdown(run.effects)
+    for name in sorted({effect_plot_name(e) for e in run.effects}):
         lines += [f"![{path.stem}]({PLOTS_DIR}/{path.name})\n" for path in plot_files.get(name, ())]
     if any(_hardware_roofline(m) for m in run.measurements):
         lines += [
@@ -224,18 +220,28 @@ def markdown(
 def write(folder: Path, store: SqlHistoryStore | None = None, store_note: str | None = None) -> Path:
     """Write report.md and plots/*.png into the results folder, with the history ``store`` holds (the
     run recorded in it already); returns the report's path."""
-    run = collect(folder)
-    past = history.read(run, store, store_note)
-    made = plots.draw(run, folder / PLOTS_DIR, past)
+    return write_report(read_report(folder, store, store_note), folder)
+
+
+def write_report(report: RunReport, folder: Path) -> Path:
+    """``report`` as report.md and plots/*.png in ``folder``; returns the markdown's path."""
+    made = plots.draw(report, folder / PLOTS_DIR)
     path = folder / REPORT_NAME
-    path.write_text(markdown(run, made, past) + "\n")
+    path.write_text(markdown(report, made) + "\n")
     return path
 
 
-def record_and_write(folder: Path, location: str) -> tuple[Path, list[str]]:
+@dataclass(frozen=True)
+class WrittenReport:
+    report: RunReport  # what the console summary shows too
+    path: Path  # report.md
+    said: list[str]  # what to tell the user about the history store
+
+
+def record_and_write(folder: Path, location: str) -> WrittenReport:
     """Record the run in the history store at ``location``, then write its report with the history read
-    from there. Returns the report and what to tell the user about the store: a store that cannot be
-    used is one line, and the report is written all the same (without history)."""
+    from there. A store that cannot be used is one line to tell the user, and the report is written all
+    the same (without history)."""
     said: list[str] = []
     store, note = None, None
     run = collect(folder)
@@ -258,7 +264,8 @@ def record_and_write(folder: Path, location: str) -> tuple[Path, list[str]]:
             f"sglperf history: {exc}; the results folder is complete: `sglperf history import {folder}` adds it later"
         )
     try:
-        return write(folder, store, note), said
+        report = RunReport.of(run, history.read(run, store, note))
+        return WrittenReport(report, write_report(report, folder), said)
     finally:
         if store is not None:
             store.close()

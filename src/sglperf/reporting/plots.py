@@ -12,14 +12,13 @@ from typing import Any
 import numpy as np
 
 from sglperf.baselines.changepoint import Drift
-from sglperf.baselines.variant_effects import variant_effects
 from sglperf.model.files import confined
 from sglperf.model.measurement import MeasurementRecord, MetricComparison
 from sglperf.model.metrics import METRICS, Direction, describe_change, unit_of
 from sglperf.model.numbers_source import NumbersSource
 from sglperf.model.variant_effect import EffectVerdict, VariantEffect
-from sglperf.reporting.history import Point, RunHistory
-from sglperf.results.folder import RunResults
+from sglperf.reporting.history import Point
+from sglperf.reporting.run_report import RunReport
 
 
 def _agg() -> None:
@@ -332,19 +331,18 @@ def effect_plot_name(effect: VariantEffect) -> str:
     return f"effects-{effect.deployment}-{effect.workload}-{effect.load}"
 
 
-def draw(run: RunResults, out_dir: Path, past: RunHistory | None = None) -> dict[str, list[Path]]:
-    """All plots of a run; a history figure for each measurement with two runs or more in ``past``."""
+def draw(report: RunReport, out_dir: Path) -> dict[str, list[Path]]:
+    """All plots of a run; a history figure for each measurement with two runs or more in its history."""
     out_dir.mkdir(parents=True, exist_ok=True)
     made: dict[str, list[Path]] = {}
-    for record in run.measurements:
+    for record in report.measurements:
         key = record.key
         made[key] = [samples_figure(record, confined(out_dir, f"{key}-samples.png"))]
-        points = past.points.get(key, []) if past else []
+        points = report.past.points.get(key, [])
         if len(points) >= 2:
             path = confined(out_dir, f"{key}-history.png")
-            drifts = past.drifts.get(key, []) if past else []
-            made[key].append(history_figure(record, points, path, drifts))
-    effects = sorted(variant_effects(run.measurements), key=effect_plot_name)
+            made[key].append(history_figure(record, points, path, report.past.drifts.get(key, [])))
+    effects = sorted(report.effects, key=effect_plot_name)
     for name, group in groupby(effects, key=effect_plot_name):
-        made[name] = [effects_figure(list(group), confined(out_dir, f"{name}.png"), run.numbers_source)]
+        made[name] = [effects_figure(list(group), confined(out_dir, f"{name}.png"), report.numbers)]
     return made

@@ -25,7 +25,7 @@ import itertools
 import json
 import re
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -172,9 +172,14 @@ class RunResults:
 
     @property
     def numbers_source(self) -> NumbersSource:
-        """Its measurements' source; the emulator's too when only its verdicts came from the emulator's tier."""
-        emulated_tier = [NumbersSource.EMULATOR for v in self.verdicts if "emulator" in v.tier]
-        return NumbersSource.of_all([*(m.numbers_source for m in self.measurements), *emulated_tier])
+        return run_numbers_source(self.measurements, self.verdicts)
+
+
+def run_numbers_source(measurements: Iterable[MeasurementRecord], verdicts: Iterable[Verdict]) -> NumbersSource:
+    """A run's source: its measurements', and the emulator's too when only its verdicts came from the
+    emulator's live tier (a run that checked intents and measured nothing)."""
+    emulated_tier = [NumbersSource.EMULATOR for v in verdicts if "emulator" in v.tier]
+    return NumbersSource.of_all([*(m.numbers_source for m in measurements), *emulated_tier])
 
 
 def append_line(folder: Path, kind: LineKind, writer: str, record: dict[str, Any], run: RunStamp | None) -> str | None:
