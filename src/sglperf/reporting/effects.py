@@ -9,7 +9,8 @@ from collections.abc import Sequence
 from itertools import groupby
 
 from sglperf.baselines.variant_effects import without_measured_effect
-from sglperf.model.variant_effect import EffectVerdict, VariantEffect
+from sglperf.model.variant_effect import UNDECIDED_NONE, EffectVerdict, VariantEffect
+from sglperf.reporting.json_out import json_text
 from sglperf.reporting.run_report import RunReport
 
 NO_MEASURED_EFFECT = "effective, no measured effect: every metric at every load point within its floor"
@@ -40,7 +41,7 @@ def effect_lines(effects: Sequence[VariantEffect]) -> list[str]:
             met = e.expectation_met
             missed = "; EXPECTED NO EFFECT" if e.expected == "none" else f"; EXPECTED {e.expected}, NOT DETECTED"
             expectation = (
-                "; EXPECTED NO EFFECT: NOT DECIDED"
+                f"; {UNDECIDED_NONE.upper()}"
                 if e.expectation_undecided
                 else ""
                 if met is None
@@ -109,4 +110,5 @@ def effects_markdown(effects: Sequence[VariantEffect]) -> list[str]:
 
 
 def effects_json(effects: Sequence[VariantEffect]) -> str:
-    return json.dumps([json.loads(e.model_dump_json()) for e in effects], indent=2, sort_keys=True)
+    # Through pydantic's own JSON, which writes a NaN as null, as it always has here.
+    return json_text([json.loads(e.model_dump_json()) for e in effects])
