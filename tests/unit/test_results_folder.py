@@ -28,6 +28,7 @@ def test_every_name_a_run_writes(tmp_path: Path) -> None:
     assert effective == tmp_path / "servers" / "qwen36-mtp1.effective.json"
     named = (results_folder.RUN_FILE, results_folder.REPORT_NAME, results_folder.PROGRESS_LOG, results_folder.PLOTS_DIR)
     assert named == ("run.json", "report.md", "progress.log", "plots")
+    assert results_folder.GPU_LOCKS_DIR == ".gpu-locks"
 
 
 def test_the_measurement_key_is_the_items_name_and_the_records_file() -> None:

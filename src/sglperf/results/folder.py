@@ -4,16 +4,18 @@ One home for the folder's layout, so that the plugin and the sessions that write
 ingest, the report and `sglperf compare` that read it cannot disagree on a name::
 
     run.json                        the run's stamp (`RunStamp`): its id and start time
-    verdicts-<writer>.jsonl         one verdict per line            \
-    configs-<writer>.jsonl          one effective config per line    > one file per kind and pytest process
-    outcomes-<writer>.jsonl         one failed or cut-off item       /  (main, gw0, ...): never interleaved
+    verdicts-<writer>.jsonl         one verdict per line
+    configs-<writer>.jsonl          one variant's effective config per tier, per line
+    outcomes-<writer>.jsonl         one failed or cut-off item per line
     measurements/<key>.json         one measurement record, key = `measurement_key`
     servers/<name>.log              a launched server's log
     servers/<name>.effective.json   the effective args the emulator serves
     progress.log                    the progress lines of every process
+    .gpu-locks/                     an emulated run's locks on its simulated GPUs
     report.md, plots/*.png          the report, written at the run's end (or by `sglperf report`)
 
-A run stamps its folder when it starts (``run.json``: its id and start time) and every verdict line
+Each pytest process (<writer>: main, gw0, ...) appends to its own JSON-line files, so xdist workers never
+interleave. A run stamps its folder when it starts (``run.json``: its id and start time) and every verdict line
 and measurement record it writes with that id. A folder reused by several runs therefore reads back
 as its latest run only; a folder from before run ids (no ``run.json``) reads back whole.
 """
@@ -48,6 +50,7 @@ SERVERS_DIR = "servers"
 PLOTS_DIR = "plots"
 REPORT_NAME = "report.md"
 PROGRESS_LOG = "progress.log"
+GPU_LOCKS_DIR = ".gpu-locks"  # an emulated run's simulated GPUs, locked by its own processes only
 
 
 class LineKind(str, Enum):

@@ -252,7 +252,7 @@ class LiveSession:
         """Real GPUs are locked machine-wide. Emulated runs lock their simulated GPUs inside their own
         results folder: shared by the run's xdist workers, never contended with an unrelated run."""
         if self.options.emulator and not os.environ.get(gpus.LOCK_DIR_ENV):
-            return self.options.results_dir / ".gpu-locks"
+            return self.options.results_dir / results_folder.GPU_LOCKS_DIR
         return None  # SGLPERF_GPU_LOCK_DIR, else the machine-wide default
 
     def _emulator_env(
