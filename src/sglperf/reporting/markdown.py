@@ -111,26 +111,26 @@ def _batches_line(m: MeasurementRecord) -> str | None:
     return line
 
 
-def markdown(run: RunReport, plot_files: Mapping[str, Sequence[Path]] | None = None) -> str:
+def markdown(report: RunReport, plot_files: Mapping[str, Sequence[Path]] | None = None) -> str:
     """Per variant: intents with verdicts, then metrics against the baseline, rounds, roofline, drift;
     first, since when each failing item fails."""
     plot_files = plot_files or {}
-    past = run.past
+    past = report.past
     drifts = past.drifts
     variants = sorted(
-        {(v.deployment, v.variant) for v in run.verdicts} | {(m.deployment, m.variant) for m in run.measurements}
+        {(v.deployment, v.variant) for v in report.verdicts} | {(m.deployment, m.variant) for m in report.measurements}
     )
-    failed = sum(v.status.failed for v in run.verdicts)
-    regressions = sum(c.outcome.value == "regression" for m in run.measurements for c in m.comparisons)
-    lines = [f"# sglperf report: {run.label}", ""]
-    if banner := run.numbers.words.banner:
+    failed = sum(v.status.failed for v in report.verdicts)
+    regressions = sum(c.outcome.value == "regression" for m in report.measurements for c in m.comparisons)
+    lines = [f"# sglperf report: {report.label}", ""]
+    if banner := report.numbers.words.banner:
         lines += [banner, ""]
     lines += [
-        f"{len(variants)} variants, {len(run.verdicts)} intent checks ({failed} failed), "
-        f"{len(run.measurements)} measurements ({regressions} regressions).",
+        f"{len(variants)} variants, {len(report.verdicts)} intent checks ({failed} failed), "
+        f"{len(report.measurements)} measurements ({regressions} regressions).",
         "",
     ]
-    cut = [o for o in run.failed_items if o.phase == INTERRUPTED_PHASE]
+    cut = [o for o in report.failed_items if o.phase == INTERRUPTED_PHASE]
     if cut:
         lines += [
             f"**Run cut short**: {cut[0].headline} (`{cut[0].nodeid}`); this report holds what ran before it.",
@@ -138,7 +138,7 @@ def markdown(run: RunReport, plot_files: Mapping[str, Sequence[Path]] | None = N
         ]
     # Said up front, not only on the measurement's own line: an impossible share means a number in
     # this report (bandwidth, weight bytes, tokens per step, or the measured rate) is wrong.
-    impossible = [m.key for m in run.measurements if (r := _hardware_roofline(m)) and r.problem]
+    impossible = [m.key for m in report.measurements if (r := _hardware_roofline(m)) and r.problem]
     if impossible:
         lines += [
             f"**Roofline check**: {len(impossible)} measurement(s) above the memory-bandwidth limit, which no GPU "
@@ -146,10 +146,10 @@ def markdown(run: RunReport, plot_files: Mapping[str, Sequence[Path]] | None = N
             "(each one's Roofline line names the inputs).",
             "",
         ]
-    if run.failed_items:
+    if report.failed_items:
         # First: a night that failed is the one that most needs its report, records or not.
-        lines += [f"## Failed items ({len(run.failed_items)})", ""]
-        lines += [f"- `{o.nodeid}` ({o.phase}, {o.duration_s:.0f} s): {o.headline}" for o in run.failed_items]
+        lines += [f"## Failed items ({len(report.failed_items)})", ""]
+        lines += [f"- `{o.nodeid}` ({o.phase}, {o.duration_s:.0f} s): {o.headline}" for o in report.failed_items]
         lines.append("")
     if past.note:
         lines += [f"History: {past.note}", ""]
@@ -159,7 +159,7 @@ def markdown(run: RunReport, plot_files: Mapping[str, Sequence[Path]] | None = N
         lines.append("")
     for deployment, variant in variants:
         lines += [f"## {deployment} / {variant}", ""]
-        checks = [v for v in run.verdicts if (v.deployment, v.variant) == (deployment, variant)]
+        checks = [v for v in report.verdicts if (v.deployment, v.variant) == (deployment, variant)]
         if checks:
             lines += ["| tier | intent | expected | effective | verdict | detail |", "|---|---|---|---|---|---|"]
             for v in checks:
@@ -168,7 +168,7 @@ def markdown(run: RunReport, plot_files: Mapping[str, Sequence[Path]] | None = N
                     f"| {v.tier} | {v.intent} | {v.expected} | {_fmt(v.actual)} | **{v.status.value}** | {detail} |"
                 )
             lines.append("")
-        for m in (m for m in run.measurements if (m.deployment, m.variant) == (deployment, variant)):
+        for m in (m for m in report.measurements if (m.deployment, m.variant) == (deployment, variant)):
             lines += [f"### {m.workload} at {m.load.describe()}", ""]
             if m.notes:
                 lines += [f"Notes: {'; '.join(m.notes)}", ""]
@@ -202,10 +202,10 @@ def markdown(run: RunReport, plot_files: Mapping[str, Sequence[Path]] | None = N
             lines.append("")
             for path in plot_files.get(m.key, ()):
                 lines += [f"![{path.stem}]({PLOTS_DIR}/{path.name})", ""]
-    lines += effects_markdown(run.effects)
-    for name in sorted({effect_plot_name(e) for e in run.effects}):
+    lines += effects_markdown(report.effects)
+    for name in sorted({effect_plot_name(e) for e in report.effects}):
         lines += [f"![{path.stem}]({PLOTS_DIR}/{path.name})\n" for path in plot_files.get(name, ())]
-    if any(_hardware_roofline(m) for m in run.measurements):
+    if any(_hardware_roofline(m) for m in report.measurements):
         lines += [
             "## Roofline",
             "",
