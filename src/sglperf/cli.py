@@ -25,7 +25,6 @@ from sglperf.sglang import cpu_envs, envs
 if TYPE_CHECKING:
     from sglperf import history, preflight
     from sglperf.history.records import StoredRun
-    from sglperf.model.measurement import MeasurementRecord
     from sglperf.sglang.argv import ParserInfo
 
 DEFAULT_DEPLOYMENTS = "deployments"
@@ -178,8 +177,8 @@ def cmd_baseline(args: argparse.Namespace) -> int:
             b = store.load(path)
             p = b.provenance
             gpus = ", ".join(sorted(set(p.gpu_names)))
-            emulated = " [EMULATOR]" if p.emulated else ""
-            print(f"{path}: {b.deployment}/{b.variant} on {p.runner} ({p.gpu_count}x {gpus}){emulated}")
+            tag = p.numbers_source.words.tag
+            print(f"{path}: {b.deployment}/{b.variant} on {p.runner} ({p.gpu_count}x {gpus}){tag}")
             print(
                 f"  SGLang {p.sglang_version}, torch {p.torch_version}, CUDA {p.cuda_version}, "
                 f"driver {p.driver_version}, "
@@ -213,12 +212,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     folder = Path(args.results_dir)
     if not folder.is_dir():
         raise UsageError(f"{folder}: no such results folder (give the --results-dir of a run)")
-    path, said = markdown.record_and_write(folder.resolve(), history.chosen(args.history_store))
-    for line in said:
+    written = markdown.record_and_write(folder.resolve(), history.chosen(args.history_store))
+    for line in written.said:
         _say(line)
-    print(path)
+    print(written.path)
     if args.summary:
-        print(path.read_text())
+        print(written.path.read_text())
     return 0
 
 
@@ -235,7 +234,7 @@ def _store(location: str | None) -> history.SqlHistoryStore:
 
 def cmd_history(args: argparse.Namespace) -> int:
     """Import results folders or export lines into the store, export it, or list its runs."""
-    from sglperf.history.results_folder import ResultsError
+    from sglperf.results.folder import ResultsError
 
     store = _store(args.history_store)
     try:
@@ -261,8 +260,10 @@ def cmd_history(args: argparse.Namespace) -> int:
             for line in store.export_lines():
                 print(line)
             return 0
+        from sglperf.model.numbers_source import NumbersSource
+
         for ident in store.runs():
-            flags = " emulator" if ident.emulated else ""
+            flags = NumbersSource.of(emulated=ident.emulated).words.flag
             print(
                 f"{ident.recorded_at} {ident.run_id} runner={ident.runner or '-'} SGLang {ident.sglang_version}{flags}"
             )
@@ -273,8 +274,8 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 def _runs_in(path: Path) -> list[StoredRun]:
     from sglperf.history import ingest
-    from sglperf.history.results_folder import ResultsError
     from sglperf.model.files import os_problem, read_input
+    from sglperf.results.folder import ResultsError
 
     if path.is_dir():
         return [ingest.from_folder(path)]
@@ -293,6 +294,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     """Two runs (ids in the store, or results folders): every metric and intent that changed; with
     --variants, one run's variants against its reference variant."""
     from sglperf.history import compare, ingest
+    from sglperf.reporting.changes import changes_table
 
     if args.variants == (args.b is not None):
         raise UsageError("compare takes two runs, or one run with --variants")
@@ -312,24 +314,18 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if store is not None:
             store.close()
     if args.variants:
-        return _print_variant_effects(runs[0].measurements, runs[0].identity.label, args.json)
+        return _print_variant_effects(runs[0], args.json)
     a, b = runs
-    print(compare.render(a.identity.label, b.identity.label, compare.compare_runs(a, b)))
+    print(changes_table(a.identity.label, b.identity.label, compare.compare_runs(a, b)))
     return 0
 
 
-def _print_variant_effects(records: Sequence[MeasurementRecord], label: str, as_json: bool) -> int:
-    from sglperf.baselines.variant_effects import variant_effects
-    from sglperf.reporting.effects import effect_lines, effects_json, whose_numbers
+def _print_variant_effects(run: StoredRun, as_json: bool) -> int:
+    from sglperf.reporting.effects import effects_json, effects_text
+    from sglperf.reporting.run_report import RunReport
 
-    effects = variant_effects(records)
-    if as_json:
-        print(effects_json(effects))
-    elif not effects:
-        print(f"{label}: no variant effects (it measured no point with the reference variant and another one)")
-    else:
-        print(f"Variant effects in {label}{whose_numbers(records)}")
-        print("\n".join(effect_lines(effects)))
+    report = RunReport.of_stored(run)
+    print(effects_json(report.effects) if as_json else effects_text(report))
     return 0
 
 

@@ -35,7 +35,7 @@ base it had before the root existed, so ``except ValueError:`` and ``except OSEr
     ├── baselines.sequential.SequentialPlanError (ValueError)   no sequential plan for these settings
     ├── baselines.roofline.RooflineError (ValueError)           no roofline: the weights read cannot be counted
     ├── history.sql_store.HistoryError (RuntimeError)           the run-history store cannot be used
-    ├── history.results_folder.ResultsError (ValueError)        a results folder or export file unreadable
+    ├── results.folder.ResultsError (ValueError)                a results folder or export file unreadable
     │   └── NoResults                                           a results folder no run wrote anything in
     ├── scaffold.InitError (ValueError)                         `sglperf init` lacks a fact or would overwrite
     ├── plugin.items.ItemFailure                                a failed verdict or measurement, explained

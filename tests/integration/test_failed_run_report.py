@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from sglperf.history.results_folder import collect
+from sglperf.results.folder import collect
 
 pytest_plugins = ["pytester"]
 

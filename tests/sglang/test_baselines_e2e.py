@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from sglperf.baselines import store
-from sglperf.history import results_folder
+from sglperf.results import folder as results_folder
 
 from ..support.emulator_runs import Suite
 from ..support.project import NEW_SGLANG, OLD_SGLANG, SglangPython, with_workloads

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from sglperf.baselines.variant_effects import variant_effects
-from sglperf.history import results_folder
 from sglperf.model.variant_effect import EffectVerdict, VariantEffect
+from sglperf.results import folder as results_folder
 from sglperf.testing.emulator.timing import prompt_tokens_of_text
 
 from ..support.emulator_runs import Suite

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sglperf.history import results_folder
+from sglperf.results import folder as results_folder
 
 from .project import NEW_SGLANG, SglangPython, make_project, with_workloads
 from .quiet_host import BUSY_HOST_SHARE, QUIET_WAIT, skip_if_the_host_stayed_busy

@@ -13,10 +13,11 @@ from matplotlib.figure import Figure
 from sglperf.baselines import stats
 from sglperf.baselines.regression import comparison_record
 from sglperf.history.compare import compare_runs
-from sglperf.history.results_folder import collect
 from sglperf.model.measurement import MeasurementRecord, SampleSummary
 from sglperf.model.metrics import describe_change, format_level
 from sglperf.reporting import markdown, plots
+from sglperf.reporting.run_report import RunReport
+from sglperf.results.folder import collect
 
 from ..support.history import measurement, stored_run
 from .test_markdown_report import write_folder
@@ -45,7 +46,7 @@ def test_a_latency_that_rose_reads_plus_and_worse_everywhere(tmp_path: Path, fig
     assert shown.startswith("+15.") and shown.endswith("(worse)"), shown
 
     assert f"({shown.split()[0]}, threshold 5%" in comparison.message  # console: the verdict line
-    report = markdown.markdown(collect(write_folder(tmp_path / "night", [], [record])))
+    report = markdown.markdown(RunReport.of(collect(write_folder(tmp_path / "night", [], [record]))))
     assert f"| {shown} | 5% | **regression** |" in report  # report.md's delta column
 
     plots.samples_figure(record, tmp_path / "s.png")

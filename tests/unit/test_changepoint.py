@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 
 from sglperf.baselines.changepoint import MIN_HISTORY, change_points, drift, energy_statistic
 from sglperf.history import ingest, open_store
-from sglperf.history.results_folder import RunStamp
 from sglperf.model.measurement import MeasurementRecord, Provenance, Rounds, SampleSummary
 from sglperf.model.metrics import Direction
 from sglperf.reporting import markdown
+from sglperf.results.folder import RunStamp
 
 pytestmark = pytest.mark.selftest
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from sglperf.history.results_folder import RUN_ID_FIELD, ResultsError, RunStamp, collect
 from sglperf.model.effective_config import EffectiveConfigRecord
 from sglperf.model.verdict import Status, Verdict
+from sglperf.results.folder import RUN_ID_FIELD, ResultsError, RunStamp, collect
 from sglperf.runtime.provenance import effective_config_record, effective_digest
 
 EFFECTIVE = {

@@ -12,11 +12,12 @@ import pytest
 
 from sglperf import cli
 from sglperf.history import HistoryError, ingest, open_store
-from sglperf.history.compare import compare_runs, render
+from sglperf.history.compare import compare_runs
 from sglperf.history.records import StoredRun
-from sglperf.history.results_folder import ResultsError, RunStamp, collect, read_stamp
 from sglperf.model.measurement import MeasurementRecord
 from sglperf.model.verdict import Status, Verdict
+from sglperf.reporting.changes import changes_table
+from sglperf.results.folder import ResultsError, RunStamp, collect, read_stamp
 
 from ..support.history import measurement, stored_run, verdict
 
@@ -165,7 +166,7 @@ def test_import_export_and_compare_through_the_command(tmp_path: Path, capsys: p
 def test_compare_shows_only_what_moved_beyond_its_floor() -> None:
     a, b = stored_run("a", 1, 70.0), stored_run("b", 2, 70.7)  # +1%: inside decode's 3% floor
     assert compare_runs(a, b) == []
-    assert render("A", "B", []).startswith("no metric moved by its floor")
+    assert changes_table("A", "B", []).startswith("no metric moved by its floor")
 
 
 def test_history_commands_on_a_bad_store_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

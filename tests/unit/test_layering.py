@@ -15,12 +15,13 @@ LAYERS = {
     "errors": -1,  # the root of explained errors, under everything: every layer raises or catches it
     "model": 0,  # plain data
     "sglang": 1,  # SGLang's spelling per release, environments, what its weight memory says
+    "results": 1,  # a results folder: its file names, the measurement key, its records written and read back
     "judge": 2,  # verdicts from effective args, live evidence, drift
     "preflight": 3,  # SGLang's own resolution in a worker
     "runtime": 3,  # server processes, GPUs, introspection, provenance
     "measure": 3,  # prompt sets and the streaming meter
     "baselines": 4,  # store, statistics, one measurement against its baseline
-    "history": 5,  # results folders read back, the run-history store, streaks and comparisons
+    "history": 5,  # the run-history store, streaks and comparisons
     "upgrade": 5,  # two releases side by side
     "scaffold": 5,  # `sglperf init`: a first deployment file from what can be read
     "reporting": 6,  # table, markdown, plots

@@ -9,7 +9,6 @@ import pytest
 
 from sglperf.baselines import roofline
 from sglperf.history import ingest, open_store
-from sglperf.history.results_folder import ResultsError, collect
 from sglperf.model.hardware import Bandwidth
 from sglperf.model.host_load import HostLoad, HostLoadSummary
 from sglperf.model.measurement import (
@@ -22,6 +21,8 @@ from sglperf.model.measurement import (
 from sglperf.model.metrics import MetricOutcome
 from sglperf.model.verdict import Status, Verdict
 from sglperf.reporting import history, markdown
+from sglperf.reporting.run_report import RunReport
+from sglperf.results.folder import REPORT_NAME, ResultsError, collect
 
 
 def verdict(
@@ -121,7 +122,7 @@ def write_folder(
 
 
 def report_of(folder: Path) -> str:
-    return markdown.markdown(collect(folder))
+    return markdown.markdown(RunReport.of(collect(folder)))
 
 
 def test_collect_reads_back_verdicts_and_measurements_ignoring_the_raw_result(tmp_path: Path) -> None:
@@ -234,11 +235,11 @@ def test_write_saves_the_report_and_links_every_plot(tmp_path: Path) -> None:
     m = measurement(comparisons=(REGRESSION,))
     folder = write_folder(tmp_path / "night", [verdict()], [m])
     path = markdown.write(folder)
-    assert path == folder / markdown.REPORT_NAME
+    assert path == folder / REPORT_NAME
     text = path.read_text()
     run = collect(folder)
     made = {m.key: [folder / "plots" / f"{m.key}-samples.png"]}
-    assert text == markdown.markdown(run, made, history.read(run, None)) + "\n"
+    assert text == markdown.markdown(RunReport.of(run, history.read(run, None)), made) + "\n"
     link = f"![{m.key}-samples](plots/{m.key}-samples.png)"
     assert link in text
     assert text.index("| decode_tok_s |") < text.index(link)
@@ -318,7 +319,7 @@ def test_the_host_line_says_what_others_took_and_which_rounds_were_run_again(tmp
         "Host: other processes and the hypervisor took a median 1% of this machine's CPU during the measured rounds "
         "(max 1%; a round above 10% is run again); **1 round(s) run again**, the busiest: 50% of 2 CPUs "
         "(other processes 2.00 s, steal 0.00 s, in 2.00 s)"
-    ) in markdown.markdown(run)
+    ) in markdown.markdown(RunReport.of(run))
     attached = measurement().model_copy(update={"host_note": "host load not counted: the server is attached"})
     assert "Host: host load not counted: the server is attached" in report_of(
         write_folder(tmp_path / "a", [], [attached])

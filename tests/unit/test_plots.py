@@ -15,11 +15,12 @@ from matplotlib.figure import Figure
 from sglperf.baselines.changepoint import Drift
 from sglperf.cli import main
 from sglperf.history import ingest, open_store
-from sglperf.history.results_folder import RunResults, RunStamp, collect
 from sglperf.model.files import OutsideFolderError, confined
 from sglperf.model.measurement import MeasurementRecord, MetricComparison, Provenance, SampleSummary
 from sglperf.model.metrics import MetricOutcome, unit_of
 from sglperf.reporting import history, plots
+from sglperf.reporting.run_report import RunReport
+from sglperf.results.folder import RunResults, RunStamp, collect
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -88,7 +89,7 @@ def past_of(store_path: Path, *folders: Path) -> tuple[RunResults, history.RunHi
 def test_one_samples_png_per_measurement_and_no_history_alone(tmp_path: Path) -> None:
     a, b = measurement("mtp1"), measurement("mtp3-full")
     run = collect(save(tmp_path / "night", a, b))
-    made = plots.draw(run, tmp_path / "out")
+    made = plots.draw(RunReport.of(run), tmp_path / "out")
     assert made == {
         a.key: [tmp_path / "out" / f"{a.key}-samples.png"],
         b.key: [tmp_path / "out" / f"{b.key}-samples.png"],
@@ -103,7 +104,7 @@ def test_history_png_only_for_keys_two_runs_have(tmp_path: Path) -> None:
     a, b = measurement("mtp1"), measurement("mtp3-full")
     earlier = save(tmp_path / "night1", a, night=1)  # has only mtp1
     run, past = past_of(tmp_path / "h.sqlite", earlier, save(tmp_path / "night2", a, b, night=2))
-    made = plots.draw(run, tmp_path / "out", past)
+    made = plots.draw(RunReport.of(run, past), tmp_path / "out")
     assert made[a.key] == [tmp_path / "out" / f"{a.key}-samples.png", tmp_path / "out" / f"{a.key}-history.png"]
     assert made[b.key] == [tmp_path / "out" / f"{b.key}-samples.png"]
     assert (tmp_path / "out" / f"{a.key}-history.png").read_bytes().startswith(PNG_MAGIC)
@@ -115,7 +116,7 @@ def test_history_skips_runs_without_the_record(tmp_path: Path) -> None:
     run, past = past_of(
         tmp_path / "h.sqlite", save(tmp_path / "night1", other, night=1), save(tmp_path / "n3", m, night=3)
     )
-    made = plots.draw(run, tmp_path / "out", past)
+    made = plots.draw(RunReport.of(run, past), tmp_path / "out")
     assert made[m.key] == [tmp_path / "out" / f"{m.key}-samples.png"]  # one point: no history
 
 
@@ -130,7 +131,7 @@ def test_history_points_are_each_runs_medians_in_recorded_order(tmp_path: Path, 
     store.add_run(ingest.from_folder(night3))
     store.close()
     run, past = past_of(tmp_path / "h.sqlite", night1, night3)
-    made = plots.draw(run, tmp_path / "out", past)
+    made = plots.draw(RunReport.of(run, past), tmp_path / "out")
     assert len(made[new.key]) == 2
     history_figure = figures[-1]
     (ax,) = history_figure.axes
@@ -175,7 +176,7 @@ def test_samples_titles_carry_outcome_and_change_and_the_emulator_tag(tmp_path: 
 
 
 def test_a_run_without_measurements_draws_nothing(tmp_path: Path) -> None:
-    made = plots.draw(RunResults(tmp_path, (), ()), tmp_path / "out")
+    made = plots.draw(RunReport.of(RunResults(tmp_path, (), ())), tmp_path / "out")
     assert made == {}
     assert list((tmp_path / "out").iterdir()) == []
 
@@ -324,7 +325,7 @@ def history_panels(fig: Figure) -> dict[str, Any]:
 
 def test_history_of_six_metrics_is_a_grid_with_few_readable_dates(tmp_path: Path, figures: list[Figure]) -> None:
     run, past = twelve_nights(tmp_path, 70.0)
-    made = plots.draw(run, tmp_path / "out", past)
+    made = plots.draw(RunReport.of(run, past), tmp_path / "out")
     fig = figures[-1]
     assert made[run.measurements[0].key][1].name.endswith("-history.png")
     assert rows_of(fig) == [3, 3]
@@ -345,7 +346,7 @@ def test_history_of_six_metrics_is_a_grid_with_few_readable_dates(tmp_path: Path
 
 def test_a_hair_of_a_move_stays_a_hair_on_the_history_axis(tmp_path: Path, figures: list[Figure]) -> None:
     run, past = twelve_nights(tmp_path, 70.0)
-    plots.draw(run, tmp_path / "out", past)
+    plots.draw(RunReport.of(run, past), tmp_path / "out")
     for metric, ax in history_panels(figures[-1]).items():
         values = np.asarray(ax.lines[0].get_ydata())
         low, high = ax.get_ylim()
@@ -373,7 +374,7 @@ def test_a_wide_floor_keeps_a_latency_axis_above_zero(tmp_path: Path, figures: l
 
 def test_history_draws_the_baseline_and_marks_runs_beyond_its_floor(tmp_path: Path, figures: list[Figure]) -> None:
     run, past = twelve_nights(tmp_path, 60.0)
-    plots.draw(run, tmp_path / "out", past)
+    plots.draw(RunReport.of(run, past), tmp_path / "out")
     decode = history_panels(figures[-1])["decode_tok_s"]
     assert 70.0 in horizontal_lines_at(decode)
     ((low, high),) = band_of(decode)
@@ -385,7 +386,7 @@ def test_history_draws_the_baseline_and_marks_runs_beyond_its_floor(tmp_path: Pa
 
 def test_history_title_has_the_full_emulator_tag(tmp_path: Path, figures: list[Figure]) -> None:
     run, past = twelve_nights(tmp_path, 70.0, emulated=True)
-    plots.draw(run, tmp_path / "out", past)
+    plots.draw(RunReport.of(run, past), tmp_path / "out")
     assert "[EMULATOR: test double, not GPU results]" in figures[-1].texts[0].get_text()
 
 

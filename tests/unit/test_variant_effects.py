@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from sglperf.baselines.variant_effects import effect_of, variant_effects, without_measured_effect
 from sglperf.model.measurement import MeasurementRecord
+from sglperf.model.numbers_source import NumbersSource
 from sglperf.model.variant_effect import EffectVerdict, VariantEffect
 from sglperf.reporting.effects import NO_MEASURED_EFFECT, effect_lines, effects_markdown
 from sglperf.reporting.plots import effects_figure
@@ -158,7 +159,7 @@ def test_the_report_has_a_row_per_metric_and_the_forest_plot_draws(tmp_path: Pat
     assert "| fast | ref | chat@c1 (ran 6.0 min after it) | decode_tok_s | 70." in section
     assert "no effect (expected lower: **not detected**)" in section
     assert f"- **qwen36/same**: {NO_MEASURED_EFFECT}" in section
-    path = effects_figure(effects, tmp_path / "effects.png", emulated=True)
+    path = effects_figure(effects, tmp_path / "effects.png", NumbersSource.EMULATOR)
     assert path.stat().st_size > 10_000
 
 

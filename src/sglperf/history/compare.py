@@ -52,18 +52,3 @@ def compare_runs(a: StoredRun, b: StoredRun) -> list[ChangeRow]:
         if old_status != new_status:
             rows.append(ChangeRow(item, f"intent ({tier})", old_status, new_status, "->"))
     return rows
-
-
-def render(a_label: str, b_label: str, rows: list[ChangeRow]) -> str:
-    """A markdown table (one line when nothing changed)."""
-    if not rows:
-        return f"no metric moved by its floor and no intent changed between A {a_label} and B {b_label}"
-    lines = [
-        f"A: {a_label}",
-        f"B: {b_label}",
-        "",
-        "| item | metric / intent | A | B | change |",
-        "|---|---|---|---|---|",
-    ]
-    lines += [f"| {r.item} | {r.what} | {r.before} | {r.after} | {r.change} |" for r in rows]
-    return "\n".join(lines)

@@ -17,9 +17,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from sglperf.history.records import RunIdentity, StoredRun
-from sglperf.history.results_folder import MEASUREMENTS_DIR, VERDICTS_GLOB, ResultsError, RunResults, collect
 from sglperf.model.measurement import MeasurementRecord
+from sglperf.model.numbers_source import NumbersSource
 from sglperf.model.verdict import Verdict
+from sglperf.results.folder import ResultsError, RunResults, collect, identity_files
 
 
 def stored_run(results: RunResults) -> StoredRun:
@@ -53,7 +54,7 @@ def _identity(results: RunResults) -> RunIdentity:
         ),
         args_digest=_joined(p.effective_args_digest for p in provenances),
         deployment_commit=_joined(p.git_commit for p in provenances) or "unknown",
-        emulated=results.emulated,
+        emulated=results.numbers_source is NumbersSource.EMULATOR,
         source=str(results.folder.resolve()),
     )
 
@@ -79,7 +80,7 @@ def _mtime(folder: Path) -> str:
 def _digest(folder: Path) -> str:
     """Of the records in the folder, by name and content: the same folder, copied or moved, digests the same."""
     h = hashlib.sha256()
-    for path in sorted([*folder.glob(VERDICTS_GLOB), *(folder / MEASUREMENTS_DIR).glob("*.json")]):
+    for path in identity_files(folder):
         h.update(path.relative_to(folder).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()[:16]
 

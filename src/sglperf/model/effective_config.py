@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-CONFIGS_GLOB = "configs*.jsonl"
 _NAMES = ("tier", "deployment", "variant", "sglang_version", "digest")
 
 

@@ -7,8 +7,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-OUTCOMES_GLOB = "outcomes*.jsonl"
-OUTCOMES_KIND = "outcomes"  # the file's stem, before its writer's name
 MAX_REASON_CHARS = 4000  # a traceback is cut here; the pytest output has it whole
 INTERRUPTED_PHASE = "interrupted"  # the phase of an item Ctrl-C or SIGTERM cut off
 

@@ -16,6 +16,7 @@ from sglperf.model.files import SAFE_NAME_PATTERN
 from sglperf.model.gpu_telemetry import GpuTelemetrySummary
 from sglperf.model.host_load import HostLoadSummary
 from sglperf.model.metrics import MetricOutcome
+from sglperf.model.numbers_source import NumbersSource
 from sglperf.model.server_metrics import ServerMetricsRecord
 from sglperf.model.variant_effect import ExpectedEffect
 from sglperf.model.workload import LoadPoint
@@ -55,6 +56,10 @@ class Provenance(_Strict):
     server_metrics: bool | None = None
     gpu_power_limit_w: float | None = None
     gpu_sm_clock_max_mhz: float | None = None
+
+    @property
+    def numbers_source(self) -> NumbersSource:
+        return NumbersSource.of(emulated=self.emulated, gpu_count=self.gpu_count)
 
 
 class SampleSummary(_Strict):
@@ -173,6 +178,11 @@ class MeasurementRecord(BaseModel):
     @property
     def medians(self) -> dict[str, float]:
         return {metric: s.median for metric, s in self.summary.items()}
+
+    @property
+    def numbers_source(self) -> NumbersSource:
+        """Either flag says emulator: a record whose two flags disagree is never shown as a GPU's."""
+        return NumbersSource.of(emulated=self.emulated or self.provenance.emulated, gpu_count=self.provenance.gpu_count)
 
     @property
     def outcomes(self) -> dict[str, MetricOutcome]:

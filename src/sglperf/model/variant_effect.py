@@ -18,6 +18,9 @@ from sglperf.model.metrics import Direction, format_level
 # What a deployment's expect_effect states: the value's way, or "none": no effect beyond the floor (a flag
 # that must not cost anything, an A/A pair).
 ExpectedEffect = Literal["lower", "higher", "none"]
+# "none" expected and the test decided nothing: neither met nor missed. An effect's line says it in full,
+# the console in capitals, as it says every expectation.
+UNDECIDED_NONE = "expected no effect: not decided"
 
 
 class EffectVerdict(str, Enum):
@@ -101,5 +104,5 @@ class VariantEffect(BaseModel):
             else:
                 said += f"; expected {self.metric} {self.expected}, not detected at {level} {evidence}"
         elif self.expectation_undecided:
-            said += "; expected no effect: not decided either way (more rounds)"
+            said += f"; {UNDECIDED_NONE} either way (more rounds)"
         return said

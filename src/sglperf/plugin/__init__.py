@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 
-from sglperf.history.results_folder import RunStamp
 from sglperf.model.files import SAFE_NAME_PATTERN, writable_folder_problem
 from sglperf.model.progress import Progress
 from sglperf.options import ATTACH_URL_ENV, PLUGIN_OPTIONS, RUN_ID_ENV
@@ -38,6 +37,7 @@ from sglperf.plugin.user_tests import (
     sglang_server,
     sglang_variant,
 )
+from sglperf.results.folder import RunStamp
 from sglperf.runtime import gpus, server
 from sglperf.session import LiveOptions, LiveSession, PreflightSession
 from sglperf.sglang import envs

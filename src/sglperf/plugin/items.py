@@ -11,14 +11,14 @@ import pytest
 
 from sglperf.baselines.variant_effects import variant_effects
 from sglperf.errors import SglperfError
-from sglperf.history.results_folder import RUN_ID_FIELD
 from sglperf.model.deployment import Deployment, Variant
 from sglperf.model.deployment_file import load
-from sglperf.model.files import strict_json
 from sglperf.model.measurement import MeasurementRecord
+from sglperf.model.numbers_source import NumbersSource
 from sglperf.model.verdict import Status, Verdict
 from sglperf.model.workload import LoadPoint
 from sglperf.plugin.keys import CONFIGS_WRITTEN_KEY, LIVE_KEY, PREFLIGHT_KEY, xdist_worker
+from sglperf.results import folder as results_folder
 from sglperf.runtime.provenance import effective_config_record
 from sglperf.session import LiveSession, LiveSkip
 
@@ -94,7 +94,7 @@ class VariantNode(pytest.Collector):
             for point in workload.load_points():
                 yield MeasureItem.from_parent(
                     self,
-                    name=f"{d.key}-{variant.id}-{workload.id}-{point.tag}",
+                    name=results_folder.measurement_key(d.key, variant.id, workload.id, point.tag),
                     deployment=d,
                     variant_id=variant.id,
                     intent="",
@@ -127,7 +127,7 @@ class EffectsNode(pytest.Collector):
                 for point in workload.load_points():
                     yield VariantEffectItem.from_parent(
                         self,
-                        name=f"{d.key}-{variant.id}-{workload.id}-{point.tag}-effect",
+                        name=results_folder.measurement_key(d.key, variant.id, workload.id, point.tag) + "-effect",
                         deployment=d,
                         variant_id=variant.id,
                         intent="",
@@ -279,7 +279,7 @@ class MeasureItem(LiveTierItem):
             self.user_properties.append((f"median_{metric}", s.median))
         self.add_report_section(
             "call",
-            "measurement" + (" (EMULATOR, not GPU results)" if record.emulated else ""),
+            "measurement" + record.numbers_source.words.item_section,
             "\n".join(measurement_section(record)),
         )
         judge_measurement(record)
@@ -353,7 +353,9 @@ class CapacityItem(LiveTierItem):
         workload = next(w for w in self.deployment.workloads if w.id == self.workload_id)
         report = self.live().capacity(self.deployment, self.variant(), workload)
         self.add_report_section(
-            "call", "capacity" + (" (EMULATOR, not GPU results)" if report.emulated else ""), "\n".join(report.lines())
+            "call",
+            "capacity" + NumbersSource.of(emulated=report.emulated).words.item_section,
+            "\n".join(report.lines()),
         )
         if report.missing:
             rates = ", ".join(f"{r:g}" for r in report.missing)
@@ -396,22 +398,16 @@ def _append_config(config: pytest.Config, verdict: Verdict, effective: Mapping[s
     if record.key in written:
         return
     written.add(record.key)
-    append_line(config, "configs", record.to_record())
+    append_run_line(config, results_folder.LineKind.CONFIGS, record.to_record())
 
 
 def _append_verdict(config: pytest.Config, verdict: Verdict) -> None:
-    append_line(config, "verdicts", verdict.to_record())
+    append_run_line(config, results_folder.LineKind.VERDICTS, verdict.to_record())
 
 
-def append_line(config: pytest.Config, kind: str, record: dict[str, Any]) -> None:
-    """One JSON line per record; one file per kind and pytest process, so xdist workers never interleave."""
+def append_run_line(config: pytest.Config, kind: results_folder.LineKind, record: dict[str, Any]) -> None:
+    """One JSON line in this pytest process's file of ``kind``, so xdist workers never interleave."""
     options = config.stash[LIVE_KEY].options
-    folder = options.results_dir
-    folder.mkdir(parents=True, exist_ok=True)
-    worker = xdist_worker(config) or "main"
-    if options.run is not None:
-        if said := options.run.stamp(folder):
-            config.stash[LIVE_KEY].progress(said)
-        record[RUN_ID_FIELD] = options.run.run_id  # a reused folder reads back as its latest run
-    with open(folder / f"{kind}-{worker}.jsonl", "a") as fh:
-        fh.write(strict_json(record, sort_keys=True) + "\n")
+    writer = xdist_worker(config) or "main"
+    if said := results_folder.append_line(options.results_dir, kind, writer, record, options.run):
+        config.stash[LIVE_KEY].progress(said)

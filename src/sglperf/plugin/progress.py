@@ -15,15 +15,15 @@ from pathlib import Path
 import pytest
 
 from sglperf.plugin.keys import xdist_worker
+from sglperf.results.folder import PROGRESS_LOG
 
 PREFIX = "[sglperf]"
-LOG_NAME = "progress.log"
 
 
 class LiveProgress:
     def __init__(self, config: pytest.Config, results_dir: Path):
         self.config = config
-        self.log_path = results_dir / LOG_NAME
+        self.log_path = results_dir / PROGRESS_LOG
         self.worker = xdist_worker(config)
 
     def __call__(self, message: str) -> None:

@@ -8,16 +8,16 @@ from typing import Any
 
 import pytest
 
-from sglperf.baselines.variant_effects import variant_effects
 from sglperf.history import chosen
-from sglperf.history.results_folder import NoResults, ResultsError, collect
-from sglperf.model.item_outcome import INTERRUPTED_PHASE, MAX_REASON_CHARS, OUTCOMES_KIND, ItemOutcome
+from sglperf.model.item_outcome import INTERRUPTED_PHASE, MAX_REASON_CHARS, ItemOutcome
 from sglperf.model.measurement import BaselineStatus, MeasurementRow
 from sglperf.model.metrics import METRICS, MetricOutcome
-from sglperf.plugin.items import MEASUREMENT_PROPERTY, append_line
+from sglperf.model.numbers_source import NumbersSource
+from sglperf.plugin.items import MEASUREMENT_PROPERTY, append_run_line
 from sglperf.plugin.keys import LIVE_KEY
 from sglperf.reporting import markdown
-from sglperf.reporting.effects import effect_lines, whose_numbers
+from sglperf.reporting.effects import effects_console
+from sglperf.results.folder import LineKind, NoResults, ResultsError
 
 INTERRUPTED_RUN = "(the run)"  # the outcome's node id when the run was cut between two items
 
@@ -71,8 +71,8 @@ class RunSummary:
             for nodeid, started in self.running.items()
         ]
         for nodeid, reason, duration in cut or [(INTERRUPTED_RUN, f"interrupted ({how}) between items, {so_far}", 0.0)]:
-            append_line(
-                self.config, OUTCOMES_KIND, ItemOutcome(nodeid, INTERRUPTED_PHASE, reason, duration).to_record()
+            append_run_line(
+                self.config, LineKind.OUTCOMES, ItemOutcome(nodeid, INTERRUPTED_PHASE, reason, duration).to_record()
             )
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -90,7 +90,7 @@ class RunSummary:
             outcome = ItemOutcome(
                 report.nodeid, report.when or "call", report.longreprtext[:MAX_REASON_CHARS], report.duration
             )
-            append_line(self.config, OUTCOMES_KIND, outcome.to_record())
+            append_run_line(self.config, LineKind.OUTCOMES, outcome.to_record())
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         """A baseline refresh that refreshed nothing is a failure, not a green run: the person who asked
@@ -113,8 +113,9 @@ class RunSummary:
         if self.nothing_refreshed:
             tr.write_line(self.nothing_refreshed, red=True)
         if self.rows:
-            emulated = any(r.emulated for r in self.rows)
-            tr.section("sglperf measurements" + (" (EMULATOR: a test double, not GPU results)" if emulated else ""))
+            # A row carries no GPU count, so the table names the emulator only.
+            source = NumbersSource.of_all(NumbersSource.of(emulated=r.emulated) for r in self.rows)
+            tr.section("sglperf measurements" + source.words.caption)
             headings = [_heading(metric, scale, fmt) for metric, scale, fmt in COLUMNS]
             tr.write_line(f"{'item':44} {' '.join(headings)} {'rounds':>6} {'host':>5}  baseline")
             for row in sorted(self.rows, key=lambda r: r.key):
@@ -127,21 +128,21 @@ class RunSummary:
         folder = self.config.stash[LIVE_KEY].options.results_dir
         if not hasattr(self.config, "workerinput") and folder.is_dir():
             try:
-                path, said = markdown.record_and_write(folder.resolve(), chosen(self.config.getoption("history_store")))
-                measured = collect(folder.resolve()).measurements
-                effects = variant_effects(measured)
+                # The run's one report: report.md, its plots and the effects below are all rendered from it.
+                written = markdown.record_and_write(folder.resolve(), chosen(self.config.getoption("history_store")))
             except NoResults:
                 return  # nothing was checked, measured or failed in this run
             except ResultsError as exc:
                 tr.write_line(f"sglperf report: not written: {exc}", red=True)
                 return
-            if effects:
-                tr.section(f"sglperf variant effects{whose_numbers(measured)}")
-                for line in effect_lines(effects):
+            if written.report.effects:
+                title, lines = effects_console(written.report)
+                tr.section(title)
+                for line in lines:
                     tr.write_line(line)
-            for line in said:
+            for line in written.said:
                 tr.write_line(line)
-            tr.write_line(f"sglperf report: {path}")
+            tr.write_line(f"sglperf report: {written.path}")
 
 
 def _heading(metric: str, scale: float, fmt: str) -> str:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 
 from sglperf.model.verdict import Status, Verdict
+from sglperf.reporting.json_out import json_text
 
 SYMBOL = {
     Status.PASS: "ok",
@@ -46,4 +46,4 @@ def verdict_table(verdicts: Sequence[Verdict]) -> str:
 
 
 def verdict_json(verdicts: Sequence[Verdict]) -> str:
-    return json.dumps([v.to_record() for v in verdicts], indent=2, sort_keys=True)
+    return json_text([v.to_record() for v in verdicts])

@@ -1,5 +1,6 @@
-"""Variant effects for a person: one block per variant and load point for the terminal (and `sglperf
-compare --variants`), a table for the report. Computed in `sglperf.baselines.variant_effects`."""
+"""Variant effects for a person: one block per variant and load point for the terminal (the console
+summary and `sglperf compare --variants`), a table for the report, JSON for tools; each from the run's
+one `RunReport`. Computed in `sglperf.baselines.variant_effects`."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from collections.abc import Sequence
 from itertools import groupby
 
 from sglperf.baselines.variant_effects import without_measured_effect
-from sglperf.model.measurement import MeasurementRecord
-from sglperf.model.variant_effect import EffectVerdict, VariantEffect
+from sglperf.model.variant_effect import UNDECIDED_NONE, EffectVerdict, VariantEffect
+from sglperf.reporting.json_out import json_text
+from sglperf.reporting.run_report import RunReport
 
 NO_MEASURED_EFFECT = "effective, no measured effect: every metric at every load point within its floor"
 
@@ -29,15 +31,6 @@ def _apart(effects: Sequence[VariantEffect]) -> str:
     return f" (ran {abs(apart) / 60:.1f} min {way} it)"
 
 
-def whose_numbers(records: Sequence[MeasurementRecord]) -> str:
-    """What the numbers are, said beside every effect shown: a test double's, a CPU server's, or GPUs'."""
-    if any(r.emulated for r in records):
-        return " (EMULATOR: a test double, not GPU results)"
-    if records and all(r.provenance.gpu_count == 0 for r in records):
-        return " (CPU server: CPU numbers, not GPU results)"
-    return ""
-
-
 def effect_lines(effects: Sequence[VariantEffect]) -> list[str]:
     """Per variant and point: every metric that moved or was expected to, in full; the rest counted."""
     lines: list[str] = []
@@ -48,7 +41,7 @@ def effect_lines(effects: Sequence[VariantEffect]) -> list[str]:
             met = e.expectation_met
             missed = "; EXPECTED NO EFFECT" if e.expected == "none" else f"; EXPECTED {e.expected}, NOT DETECTED"
             expectation = (
-                "; EXPECTED NO EFFECT: NOT DECIDED"
+                f"; {UNDECIDED_NONE.upper()}"
                 if e.expectation_undecided
                 else ""
                 if met is None
@@ -66,6 +59,19 @@ def effect_lines(effects: Sequence[VariantEffect]) -> list[str]:
             lines.append(f"  {'other' if shown else 'all'} metrics: {', '.join(said)}{more}")
     lines += [f"{name}: {NO_MEASURED_EFFECT}" for name in without_measured_effect(effects)]
     return lines
+
+
+def effects_console(report: RunReport) -> tuple[str, list[str]]:
+    """The console summary's section: its title, saying whose numbers they are, and its lines."""
+    return f"sglperf variant effects{report.numbers.words.caption}", effect_lines(report.effects)
+
+
+def effects_text(report: RunReport) -> str:
+    """`sglperf compare --variants`: the run's effects, or one line saying it has none."""
+    if not report.effects:
+        return f"{report.label}: no variant effects (it measured no point with the reference variant and another one)"
+    lines = [f"Variant effects in {report.label}{report.numbers.words.caption}", *effect_lines(report.effects)]
+    return "\n".join(lines)
 
 
 def effects_markdown(effects: Sequence[VariantEffect]) -> list[str]:
@@ -104,4 +110,5 @@ def effects_markdown(effects: Sequence[VariantEffect]) -> list[str]:
 
 
 def effects_json(effects: Sequence[VariantEffect]) -> str:
-    return json.dumps([json.loads(e.model_dump_json()) for e in effects], indent=2, sort_keys=True)
+    # Through pydantic's own JSON, which writes a NaN as null, as it always has here.
+    return json_text([json.loads(e.model_dump_json()) for e in effects])

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Sequence
 from itertools import groupby
 
 from sglperf.model.explanation import Explanation, FlagEffect
 from sglperf.model.resolution import Decision, FieldChange, Write, shown_value
+from sglperf.reporting.json_out import json_text
 
 
 def _rule(write: Write | None) -> str:
@@ -83,4 +83,4 @@ def render(explanations: Sequence[Explanation]) -> str:
 
 
 def to_json(explanations: Sequence[Explanation]) -> str:
-    return json.dumps([dataclasses.asdict(e) for e in explanations], indent=2, default=str)
+    return json_text([dataclasses.asdict(e) for e in explanations])

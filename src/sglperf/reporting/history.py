@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 from sglperf.baselines import changepoint
 from sglperf.history import HistoryError, SqlHistoryStore
-from sglperf.history.results_folder import RunResults
 from sglperf.history.streaks import FailingStreak, failing_streak
+from sglperf.results.folder import RunResults
 
 Point = tuple[str, dict[str, float]]  # (run label, metric -> median)
 

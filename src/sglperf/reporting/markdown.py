@@ -1,25 +1,25 @@
-"""The run report: a results folder as markdown, with its plots."""
+"""The run report: a `RunReport` as markdown (report.md), with its plots."""
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from sglperf.baselines import roofline
-from sglperf.baselines.variant_effects import variant_effects
 from sglperf.history import HistoryError, SqlHistoryStore, open_store
 from sglperf.history.ingest import stored_run
-from sglperf.history.results_folder import RunResults, collect
 from sglperf.model.item_outcome import INTERRUPTED_PHASE
 from sglperf.model.measurement import MeasurementRecord, Roofline
 from sglperf.model.metrics import describe_change
+from sglperf.model.numbers_source import NumbersSource
 from sglperf.reporting import history, plots
 from sglperf.reporting.effects import effects_markdown
 from sglperf.reporting.plots import effect_plot_name
+from sglperf.reporting.run_report import RunReport, read_report
+from sglperf.results.folder import PLOTS_DIR, REPORT_NAME, collect
 from sglperf.sglang.metrics_catalogue import WATCHED
-
-REPORT_NAME = "report.md"
 
 
 def _fmt(value: object) -> str:
@@ -70,11 +70,11 @@ def _server_metrics_line(m: MeasurementRecord) -> str | None:
 def _hardware_roofline(m: MeasurementRecord) -> Roofline | None:
     """The roofline to show as a hardware figure: none for the emulator, even from a record written
     before sglperf stopped computing one there (the runner's GPU bandwidth is not the emulator's)."""
-    return None if m.emulated or m.provenance.emulated else m.roofline
+    return None if m.numbers_source is NumbersSource.EMULATOR else m.roofline
 
 
 def _roofline_line(m: MeasurementRecord) -> str | None:
-    if m.emulated or m.provenance.emulated:
+    if m.numbers_source is NumbersSource.EMULATOR:
         return f"Roofline: not computed ({roofline.EMULATOR_NOTE})"
     r = m.roofline
     if r is None:
@@ -111,33 +111,26 @@ def _batches_line(m: MeasurementRecord) -> str | None:
     return line
 
 
-def markdown(
-    run: RunResults,
-    plot_files: Mapping[str, Sequence[Path]] | None = None,
-    past: history.RunHistory | None = None,
-) -> str:
+def markdown(report: RunReport, plot_files: Mapping[str, Sequence[Path]] | None = None) -> str:
     """Per variant: intents with verdicts, then metrics against the baseline, rounds, roofline, drift;
     first, since when each failing item fails."""
     plot_files = plot_files or {}
-    past = past or history.RunHistory()
+    past = report.past
     drifts = past.drifts
     variants = sorted(
-        {(v.deployment, v.variant) for v in run.verdicts} | {(m.deployment, m.variant) for m in run.measurements}
+        {(v.deployment, v.variant) for v in report.verdicts} | {(m.deployment, m.variant) for m in report.measurements}
     )
-    failed = sum(v.status.failed for v in run.verdicts)
-    regressions = sum(c.outcome.value == "regression" for m in run.measurements for c in m.comparisons)
-    lines = [f"# sglperf report: {run.folder.name}", ""]
-    if run.emulated:
-        lines += [
-            "> Live numbers below come from the **SGLang emulator, a test double**: they are not GPU results.",
-            "",
-        ]
+    failed = sum(v.status.failed for v in report.verdicts)
+    regressions = sum(c.outcome.value == "regression" for m in report.measurements for c in m.comparisons)
+    lines = [f"# sglperf report: {report.label}", ""]
+    if banner := report.numbers.words.banner:
+        lines += [banner, ""]
     lines += [
-        f"{len(variants)} variants, {len(run.verdicts)} intent checks ({failed} failed), "
-        f"{len(run.measurements)} measurements ({regressions} regressions).",
+        f"{len(variants)} variants, {len(report.verdicts)} intent checks ({failed} failed), "
+        f"{len(report.measurements)} measurements ({regressions} regressions).",
         "",
     ]
-    cut = [o for o in run.failed_items if o.phase == INTERRUPTED_PHASE]
+    cut = [o for o in report.failed_items if o.phase == INTERRUPTED_PHASE]
     if cut:
         lines += [
             f"**Run cut short**: {cut[0].headline} (`{cut[0].nodeid}`); this report holds what ran before it.",
@@ -145,7 +138,7 @@ def markdown(
         ]
     # Said up front, not only on the measurement's own line: an impossible share means a number in
     # this report (bandwidth, weight bytes, tokens per step, or the measured rate) is wrong.
-    impossible = [m.key for m in run.measurements if (r := _hardware_roofline(m)) and r.problem]
+    impossible = [m.key for m in report.measurements if (r := _hardware_roofline(m)) and r.problem]
     if impossible:
         lines += [
             f"**Roofline check**: {len(impossible)} measurement(s) above the memory-bandwidth limit, which no GPU "
@@ -153,10 +146,10 @@ def markdown(
             "(each one's Roofline line names the inputs).",
             "",
         ]
-    if run.failed_items:
+    if report.failed_items:
         # First: a night that failed is the one that most needs its report, records or not.
-        lines += [f"## Failed items ({len(run.failed_items)})", ""]
-        lines += [f"- `{o.nodeid}` ({o.phase}, {o.duration_s:.0f} s): {o.headline}" for o in run.failed_items]
+        lines += [f"## Failed items ({len(report.failed_items)})", ""]
+        lines += [f"- `{o.nodeid}` ({o.phase}, {o.duration_s:.0f} s): {o.headline}" for o in report.failed_items]
         lines.append("")
     if past.note:
         lines += [f"History: {past.note}", ""]
@@ -166,7 +159,7 @@ def markdown(
         lines.append("")
     for deployment, variant in variants:
         lines += [f"## {deployment} / {variant}", ""]
-        checks = [v for v in run.verdicts if (v.deployment, v.variant) == (deployment, variant)]
+        checks = [v for v in report.verdicts if (v.deployment, v.variant) == (deployment, variant)]
         if checks:
             lines += ["| tier | intent | expected | effective | verdict | detail |", "|---|---|---|---|---|---|"]
             for v in checks:
@@ -175,7 +168,7 @@ def markdown(
                     f"| {v.tier} | {v.intent} | {v.expected} | {_fmt(v.actual)} | **{v.status.value}** | {detail} |"
                 )
             lines.append("")
-        for m in (m for m in run.measurements if (m.deployment, m.variant) == (deployment, variant)):
+        for m in (m for m in report.measurements if (m.deployment, m.variant) == (deployment, variant)):
             lines += [f"### {m.workload} at {m.load.describe()}", ""]
             if m.notes:
                 lines += [f"Notes: {'; '.join(m.notes)}", ""]
@@ -208,12 +201,11 @@ def markdown(
                     lines.append(f"| {metric} | - | {_fmt(summary.median)} | - | - | {m.baseline_status.value} |")
             lines.append("")
             for path in plot_files.get(m.key, ()):
-                lines += [f"![{path.stem}](plots/{path.name})", ""]
-    effects = variant_effects(run.measurements)
-    lines += effects_markdown(effects)
-    for name in sorted({effect_plot_name(e) for e in effects}):
-        lines += [f"![{path.stem}](plots/{path.name})\n" for path in plot_files.get(name, ())]
-    if any(_hardware_roofline(m) for m in run.measurements):
+                lines += [f"![{path.stem}]({PLOTS_DIR}/{path.name})", ""]
+    lines += effects_markdown(report.effects)
+    for name in sorted({effect_plot_name(e) for e in report.effects}):
+        lines += [f"![{path.stem}]({PLOTS_DIR}/{path.name})\n" for path in plot_files.get(name, ())]
+    if any(_hardware_roofline(m) for m in report.measurements):
         lines += [
             "## Roofline",
             "",
@@ -228,18 +220,28 @@ def markdown(
 def write(folder: Path, store: SqlHistoryStore | None = None, store_note: str | None = None) -> Path:
     """Write report.md and plots/*.png into the results folder, with the history ``store`` holds (the
     run recorded in it already); returns the report's path."""
-    run = collect(folder)
-    past = history.read(run, store, store_note)
-    made = plots.draw(run, folder / "plots", past)
+    return write_report(read_report(folder, store, store_note), folder)
+
+
+def write_report(report: RunReport, folder: Path) -> Path:
+    """``report`` as report.md and plots/*.png in ``folder``; returns the markdown's path."""
+    made = plots.draw(report, folder / PLOTS_DIR)
     path = folder / REPORT_NAME
-    path.write_text(markdown(run, made, past) + "\n")
+    path.write_text(markdown(report, made) + "\n")
     return path
 
 
-def record_and_write(folder: Path, location: str) -> tuple[Path, list[str]]:
+@dataclass(frozen=True)
+class WrittenReport:
+    report: RunReport  # what the console summary shows too
+    path: Path  # report.md
+    said: list[str]  # what to tell the user about the history store
+
+
+def record_and_write(folder: Path, location: str) -> WrittenReport:
     """Record the run in the history store at ``location``, then write its report with the history read
-    from there. Returns the report and what to tell the user about the store: a store that cannot be
-    used is one line, and the report is written all the same (without history)."""
+    from there. A store that cannot be used is one line to tell the user, and the report is written all
+    the same (without history)."""
     said: list[str] = []
     store, note = None, None
     run = collect(folder)
@@ -262,7 +264,8 @@ def record_and_write(folder: Path, location: str) -> tuple[Path, list[str]]:
             f"sglperf history: {exc}; the results folder is complete: `sglperf history import {folder}` adds it later"
         )
     try:
-        return write(folder, store, note), said
+        report = RunReport.of(run, history.read(run, store, note))
+        return WrittenReport(report, write_report(report, folder), said)
     finally:
         if store is not None:
             store.close()

@@ -12,13 +12,13 @@ from typing import Any
 import numpy as np
 
 from sglperf.baselines.changepoint import Drift
-from sglperf.baselines.variant_effects import variant_effects
-from sglperf.history.results_folder import RunResults
 from sglperf.model.files import confined
 from sglperf.model.measurement import MeasurementRecord, MetricComparison
 from sglperf.model.metrics import METRICS, Direction, describe_change, unit_of
+from sglperf.model.numbers_source import NumbersSource
 from sglperf.model.variant_effect import EffectVerdict, VariantEffect
-from sglperf.reporting.history import Point, RunHistory
+from sglperf.reporting.history import Point
+from sglperf.reporting.run_report import RunReport
 
 
 def _agg() -> None:
@@ -33,7 +33,6 @@ def _agg() -> None:
 OUTCOME_COLOUR = {"regression": "#c0392b", "improvement": "#1e8449", "unchanged": "#555555", "insufficient": "#b9770e"}
 # The pass/fail word beside a samples panel's title: INSUFFICIENT never counts as a pass (MetricOutcome.fails).
 OUTCOME_MARK = {"regression": "FAIL", "insufficient": "FAIL", "unchanged": "ok", "improvement": "better"}
-EMULATOR_TAG = "[EMULATOR: test double, not GPU results]"
 BASELINE_COLOUR = "#2e86c1"
 BAND_COLOUR = "#d6eaf8"
 BEYOND_FLOOR_WORSE = "beyond the floor, worse"
@@ -154,7 +153,7 @@ def samples_figure(record: MeasurementRecord, path: Path) -> Path:
     metrics = sorted(record.samples)
     comparisons = {c.metric: c for c in record.comparisons}
     baseline = record.baseline_samples
-    tag = f"\n{EMULATOR_TAG}" if record.emulated else ""
+    tag = record.numbers_source.words.figure_line
     fig, axes = _panels(
         plt, len(metrics), f"{record.deployment} / {record.variant} / {record.workload} {record.load.tag}{tag}"
     )
@@ -238,7 +237,7 @@ def history_figure(
     metrics = sorted({m for _, medians in points for m in medians})
     drifting = {d.metric: d for d in drifts}
     comparisons = {c.metric: c for c in record.comparisons}
-    tag = f"\n{EMULATOR_TAG}" if record.emulated else ""
+    tag = record.numbers_source.words.figure_line
     fig, axes = _panels(plt, len(metrics), f"history: {record.key}{tag}")
     labels = _short_labels([run for run, _ in points])
     ticks = _date_ticks(len(points))
@@ -292,7 +291,7 @@ EFFECT_COLOUR = {
 }
 
 
-def effects_figure(effects: Sequence[VariantEffect], path: Path, emulated: bool) -> Path:
+def effects_figure(effects: Sequence[VariantEffect], path: Path, source: NumbersSource) -> Path:
     """A forest plot for one workload and load point: each variant's change per metric against the
     reference, its interval, and the metric's floor as a band around zero."""
     _agg()
@@ -321,8 +320,7 @@ def effects_figure(effects: Sequence[VariantEffect], path: Path, emulated: bool)
     ax.grid(axis="x", alpha=0.3)
     first = rows[0] if rows else None
     where = f"{first.deployment}: {first.workload}@{first.load}, against {first.reference}" if first else ""
-    tag = "\n[EMULATOR: test double, not GPU results]" if emulated else ""
-    ax.set_title(f"Variant effects, {where}{tag}", fontsize=11)
+    ax.set_title(f"Variant effects, {where}{source.words.figure_line}", fontsize=11)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -333,19 +331,18 @@ def effect_plot_name(effect: VariantEffect) -> str:
     return f"effects-{effect.deployment}-{effect.workload}-{effect.load}"
 
 
-def draw(run: RunResults, out_dir: Path, past: RunHistory | None = None) -> dict[str, list[Path]]:
-    """All plots of a run; a history figure for each measurement with two runs or more in ``past``."""
+def draw(report: RunReport, out_dir: Path) -> dict[str, list[Path]]:
+    """All plots of a run; a history figure for each measurement with two runs or more in its history."""
     out_dir.mkdir(parents=True, exist_ok=True)
     made: dict[str, list[Path]] = {}
-    for record in run.measurements:
+    for record in report.measurements:
         key = record.key
         made[key] = [samples_figure(record, confined(out_dir, f"{key}-samples.png"))]
-        points = past.points.get(key, []) if past else []
+        points = report.past.points.get(key, [])
         if len(points) >= 2:
             path = confined(out_dir, f"{key}-history.png")
-            drifts = past.drifts.get(key, []) if past else []
-            made[key].append(history_figure(record, points, path, drifts))
-    effects = sorted(variant_effects(run.measurements), key=effect_plot_name)
+            made[key].append(history_figure(record, points, path, report.past.drifts.get(key, [])))
+    effects = sorted(report.effects, key=effect_plot_name)
     for name, group in groupby(effects, key=effect_plot_name):
-        made[name] = [effects_figure(list(group), confined(out_dir, f"{name}.png"), run.emulated)]
+        made[name] = [effects_figure(list(group), confined(out_dir, f"{name}.png"), report.numbers)]
     return made

@@ -25,6 +25,7 @@ from sglperf.model.progress import Progress
 from sglperf.model.server_facts import ServerFacts
 from sglperf.model.verdict import Verdict
 from sglperf.model.workload import LoadPoint, Workload
+from sglperf.results import folder as results_folder
 from sglperf.runtime import gpus, server, server_info
 from sglperf.runtime.attach import AttachedServer, AttachError, DeclaredGpus, attached_profile_problems, read_attached
 from sglperf.session.capacity_search import CapacityReport, CapacitySearch
@@ -164,7 +165,7 @@ class LiveSession:
             python=python,
             argv=launch.argv,
             env=env,
-            log_path=self.options.results_dir / "servers" / f"{name}.log",
+            log_path=results_folder.server_log_path(self.options.results_dir, name),
             startup_timeout_s=deployment.launch.startup_timeout_s,
             api_key=self.options.api_key or os.environ.get(API_KEY_ENV),
             emulated=self.options.emulator,
@@ -253,7 +254,7 @@ class LiveSession:
         """Real GPUs are locked machine-wide. Emulated runs lock their simulated GPUs inside their own
         results folder: shared by the run's xdist workers, never contended with an unrelated run."""
         if self.options.emulator and not os.environ.get(gpus.LOCK_DIR_ENV):
-            return self.options.results_dir / ".gpu-locks"
+            return self.options.results_dir / results_folder.GPU_LOCKS_DIR
         return None  # SGLPERF_GPU_LOCK_DIR, else the machine-wide default
 
     def _emulator_env(
@@ -269,7 +270,7 @@ class LiveSession:
                 f"{name}: preflight could not resolve this variant, so the emulator "
                 "has no effective args to serve (see the preflight items)"
             )
-        path = self.options.results_dir / "servers" / f"{name}.effective.json"
+        path = results_folder.server_effective_path(self.options.results_dir, name)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"sglang_version": version, "effective": check.resolution.effective}))
         size = CheckpointFacts(hf_config).size()
@@ -357,8 +358,15 @@ class LiveSession:
     ) -> tuple[MeasurementRecord, MeasurementRecord]:
         """This run's measurements of the reference variant and of ``variant`` at one point: this
         process's, or another xdist worker's file. LiveSkip when either was not measured."""
-        keys = {v: f"{deployment.key}-{v}-{workload.id}-{load.tag}" for v in (deployment.reference, variant.id)}
-        records = {v: self.measured.get(key) or self._this_runs_record(key) for v, key in keys.items()}
+        keys = {
+            v: results_folder.measurement_key(deployment.key, v, workload.id, load.tag)
+            for v in (deployment.reference, variant.id)
+        }
+        this_run = self.options.run.run_id if self.options.run else None
+        records = {
+            v: self.measured.get(key) or results_folder.this_runs_measurement(self.options.results_dir, key, this_run)
+            for v, key in keys.items()
+        }
         missing = [v for v, record in records.items() if record is None]
         reference, measured = records[deployment.reference], records[variant.id]
         if reference is None or measured is None:
@@ -367,15 +375,6 @@ class LiveSession:
                 f"{' and '.join(missing)} not measured at this point in this run (deselected, or it failed)"
             )
         return reference, measured
-
-    def _this_runs_record(self, key: str) -> MeasurementRecord | None:
-        path = self.options.results_dir / "measurements" / f"{key}.json"
-        try:
-            record = MeasurementRecord.model_validate_json(read_input(path))
-        except (OSError, ValueError):
-            return None
-        this_run = self.options.run.run_id if self.options.run else None
-        return record if record.run_id == this_run else None
 
     def capacity(self, deployment: Deployment, variant: Variant, workload: Workload) -> CapacityReport:
         """A capacity workload's ladder as this session measured it, judged against the baseline's."""

@@ -30,25 +30,27 @@ from sglperf.measure.samples import WorkloadResult
 from sglperf.measure.server_scrape import MetricsWatch
 from sglperf.model.batch_evidence import BatchEvidence
 from sglperf.model.deployment import Deployment, Variant
-from sglperf.model.files import os_problem, strict_json, write_text_atomic
+from sglperf.model.files import os_problem
 from sglperf.model.gpu_telemetry import DEFAULT_MAX_GPU_THROTTLE, GpuLimits, GpuTelemetrySummary
 from sglperf.model.hardware import memory_bandwidth
 from sglperf.model.host_load import DEFAULT_MAX_HOST_LOAD, HostLoadSummary
 from sglperf.model.measurement import BaselineStatus, MeasurementRecord, Provenance, Roofline, Rounds
 from sglperf.model.metrics import METRICS
+from sglperf.model.numbers_source import NumbersSource
 from sglperf.model.progress import Progress, say_once
 from sglperf.model.prompts import PromptSet, load_prompts
 from sglperf.model.server_facts import ServerFacts
 from sglperf.model.server_metrics import ServerMetricsRecord
 from sglperf.model.verdict import Verdict
 from sglperf.model.workload import LoadPoint, Workload
+from sglperf.results import folder as results_folder
 from sglperf.runtime import gpu_telemetry, host_probe, provenance
 from sglperf.runtime.log_windows import RoundLogWindows
 from sglperf.session.running import LiveOptions, RunningVariant
 from sglperf.sglang import metrics_catalogue
 from sglperf.sglang.intents import DECODE_GRAPH, PREFILL_GRAPH
 
-CPU_NOTE = "CPU server (device cpu): CPU numbers, not GPU results; baselines kept under baselines/cpu/"
+CPU_NOTE = f"{NumbersSource.CPU_SERVER.words.note}; baselines kept under baselines/cpu/"
 
 
 def _schedule_notes(workload: Workload, result: WorkloadResult) -> list[str]:
@@ -116,7 +118,7 @@ class Measurement:
         self.progress = progress
         self.wrong_args = wrong_args
         deployment, variant = running.deployment, running.variant
-        self.key = f"{deployment.key}-{variant.id}-{workload.id}-{load.tag}"
+        self.key = results_folder.measurement_key(deployment.key, variant.id, workload.id, load.tag)
         self.path = baseline_path(options, running)
         self.thresholds = deployment.thresholds_for(workload)
         self.started_at: str | None = None  # ISO UTC, set when the rounds begin
@@ -288,7 +290,8 @@ class Measurement:
             )
         roof, roof_note = self._roofline(samples)
         notes = ([regression.DUMMY_NOTE] if prov.dummy_weights else []) + verdict.notes + batch_notes
-        if running.facts.device == "cpu" and not running.facts.emulated:
+        source = NumbersSource.of(emulated=running.facts.emulated, device=running.facts.device)
+        if source is NumbersSource.CPU_SERVER:
             notes[:0] = [CPU_NOTE, *running.server_notes]
         if host is not None and (dropped := host.note()):
             notes.append(dropped)
@@ -348,12 +351,12 @@ class Measurement:
         return Rounds(used=used, budget=budget, sequential=plan is not None, reason=reason)
 
     def _write(self, record: MeasurementRecord, result: WorkloadResult) -> None:
-        out = self.options.results_dir / "measurements" / f"{self.key}.json"
+        folder = self.options.results_dir
+        out = results_folder.measurement_path(folder, self.key)
         try:
-            if self.options.run is not None and (said := self.options.run.stamp(self.options.results_dir)):
+            if self.options.run is not None and (said := self.options.run.stamp(folder)):
                 record.notes.append(said)
-            written = {**record.model_dump(mode="json"), "result": result.to_record()}
-            write_text_atomic(out, strict_json(written, indent=1, sort_keys=True, default=str))
+            results_folder.write_measurement(record, result.to_record(), folder)
         except OSError as exc:  # the numbers are still reported; the file is not half-written
             record.problems.append(f"{out}: cannot write the measurement record ({os_problem(exc)})")
 

@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from sglperf import preflight
-from sglperf.history.results_folder import RunStamp
 from sglperf.model.deployment import Deployment, Variant
 from sglperf.model.resolution import ModelFacts
 from sglperf.model.server_facts import ServerFacts
 from sglperf.model.verdict import Verdict
+from sglperf.results.folder import RunStamp
 from sglperf.runtime import gpus, server
 from sglperf.runtime.attach import AttachedServer
 from sglperf.session.preflight_session import deployment_key

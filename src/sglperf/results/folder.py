@@ -1,6 +1,21 @@
-"""A results folder read back as records: the verdict lines and the measurement records a run wrote.
+"""A results folder: every file a run writes there, the measurement key, and the records read back.
 
-A run stamps its folder when it starts (``run.json``: its id and start time) and every verdict line
+One home for the folder's layout, so that the plugin and the sessions that write it and the history
+ingest, the report and `sglperf compare` that read it cannot disagree on a name::
+
+    run.json                        the run's stamp (`RunStamp`): its id and start time
+    verdicts-<writer>.jsonl         one verdict per line
+    configs-<writer>.jsonl          one variant's effective config per tier, per line
+    outcomes-<writer>.jsonl         one failed or cut-off item per line
+    measurements/<key>.json         one measurement record, key = `measurement_key`
+    servers/<name>.log              a launched server's log
+    servers/<name>.effective.json   the effective args the emulator serves
+    progress.log                    the progress lines of every process
+    .gpu-locks/                     an emulated run's locks on its simulated GPUs
+    report.md, plots/*.png          the report, written at the run's end (or by `sglperf report`)
+
+Each pytest process (<writer>: main, gw0, ...) appends to its own JSON-line files, so xdist workers never
+interleave. A run stamps its folder when it starts (``run.json``: its id and start time) and every verdict line
 and measurement record it writes with that id. A folder reused by several runs therefore reads back
 as its latest run only; a folder from before run ids (no ``run.json``) reads back whole.
 """
@@ -12,24 +27,74 @@ import itertools
 import json
 import re
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
 from sglperf.errors import SglperfError
-from sglperf.model.effective_config import CONFIGS_GLOB, EffectiveConfigRecord
+from sglperf.model.effective_config import EffectiveConfigRecord
 from sglperf.model.files import SAFE_NAME_PATTERN, os_problem, read_input, strict_json, write_text_atomic
-from sglperf.model.item_outcome import OUTCOMES_GLOB, ItemOutcome
+from sglperf.model.item_outcome import ItemOutcome
 from sglperf.model.measurement import MeasurementRecord
+from sglperf.model.numbers_source import NumbersSource
 from sglperf.model.verdict import Verdict
 
-VERDICTS_GLOB = "verdicts*.jsonl"
-MEASUREMENTS_DIR = "measurements"
 RUN_FILE = "run.json"
-RUN_ID_FIELD = "run_id"  # in each verdict line, beside the verdict record
+RUN_ID_FIELD = "run_id"  # in each JSON line, beside its record
+MEASUREMENTS_DIR = "measurements"
+SERVERS_DIR = "servers"
+PLOTS_DIR = "plots"
+REPORT_NAME = "report.md"
+PROGRESS_LOG = "progress.log"
+GPU_LOCKS_DIR = ".gpu-locks"  # an emulated run's simulated GPUs, locked by its own processes only
+
+
+class LineKind(str, Enum):
+    """The JSON-line files of a folder, by the stem each writer's file starts with."""
+
+    VERDICTS = "verdicts"
+    CONFIGS = "configs"  # each variant's whole effective config, once per tier and release
+    OUTCOMES = "outcomes"  # every item that failed or was cut off, written as it happens
+
+    @property
+    def glob(self) -> str:
+        return f"{self.value}*.jsonl"
+
+    def file(self, folder: Path, writer: str) -> Path:
+        """``writer``'s file of this kind: "main", or an xdist worker's id."""
+        return folder / f"{self.value}-{writer}.jsonl"
+
+
+VERDICTS_GLOB = LineKind.VERDICTS.glob
+
+
+def measurement_key(deployment: str, variant: str, workload: str, load_tag: str) -> str:
+    """A measurement's name: its record's file stem, its item's name (`pytest -k KEY`), its history series."""
+    return f"{deployment}-{variant}-{workload}-{load_tag}"
+
+
+def measurement_path(folder: Path, key: str) -> Path:
+    return folder / MEASUREMENTS_DIR / f"{key}.json"
+
+
+def server_log_path(folder: Path, server: str) -> Path:
+    return folder / SERVERS_DIR / f"{server}.log"
+
+
+def server_effective_path(folder: Path, server: str) -> Path:
+    return folder / SERVERS_DIR / f"{server}.effective.json"
+
+
+def identity_files(folder: Path) -> list[Path]:
+    """The files a folder without a run stamp is identified by: its verdict lines and measurement records
+    (the files that existed when such folders were written, so their digest stays what it was)."""
+    return sorted([*folder.glob(VERDICTS_GLOB), *(folder / MEASUREMENTS_DIR).glob("*.json")])
+
+
 T = TypeVar("T")
 
 
@@ -109,8 +174,37 @@ class RunResults:
     failed_items: tuple[ItemOutcome, ...] = ()  # every item that failed, with or without a record
 
     @property
-    def emulated(self) -> bool:
-        return any(m.emulated for m in self.measurements) or any("emulator" in v.tier for v in self.verdicts)
+    def numbers_source(self) -> NumbersSource:
+        return run_numbers_source(self.measurements, self.verdicts)
+
+
+def run_numbers_source(measurements: Iterable[MeasurementRecord], verdicts: Iterable[Verdict]) -> NumbersSource:
+    """A run's source: its measurements', and the emulator's too when only its verdicts came from the
+    emulator's live tier (a run that checked intents and measured nothing)."""
+    emulated_tier = [NumbersSource.EMULATOR for v in verdicts if "emulator" in v.tier]
+    return NumbersSource.of_all([*(m.numbers_source for m in measurements), *emulated_tier])
+
+
+def append_line(folder: Path, kind: LineKind, writer: str, record: dict[str, Any], run: RunStamp | None) -> str | None:
+    """One JSON line in ``writer``'s file of ``kind``, stamped with ``run``'s id (a reused folder reads back
+    as its latest run); the folder is created and stamped first. Returns what `RunStamp.stamp` had to say."""
+    folder.mkdir(parents=True, exist_ok=True)
+    said = None
+    if run is not None:
+        said = run.stamp(folder)
+        record[RUN_ID_FIELD] = run.run_id
+    with open(kind.file(folder, writer), "a") as fh:
+        fh.write(strict_json(record, sort_keys=True) + "\n")
+    return said
+
+
+def write_measurement(record: MeasurementRecord, result: dict[str, Any], folder: Path) -> Path:
+    """The record in its file, atomically, with the meter's raw per-request record beside it under "result"
+    (for people and tools: sglperf never reads it back). OSError when it cannot be written."""
+    path = measurement_path(folder, record.key)
+    written = {**record.model_dump(mode="json"), "result": result}
+    write_text_atomic(path, strict_json(written, indent=1, sort_keys=True, default=str))
+    return path
 
 
 def _run_lines(folder: Path, glob: str, parse: Callable[[dict[str, Any]], T], what: str, run_id: str | None) -> list[T]:
@@ -147,14 +241,24 @@ def read_measurement(path: Path) -> MeasurementRecord:
         ) from None
 
 
+def this_runs_measurement(folder: Path, key: str, run_id: str | None) -> MeasurementRecord | None:
+    """The record of ``key`` when the run ``run_id`` wrote it (another xdist worker, say); None when it is
+    missing, unreadable or another run's."""
+    try:
+        record = read_measurement(measurement_path(folder, key))
+    except ResultsError:
+        return None
+    return record if record.run_id == run_id else None
+
+
 def collect(folder: Path) -> RunResults:
     """Read what the folder's run wrote: verdict lines (one file per pytest process) and measurement
     records; with a run stamp, only those of that run."""
     stamp = read_stamp(folder)
     run_id = stamp.run_id if stamp else None
-    verdicts = _run_lines(folder, VERDICTS_GLOB, Verdict.from_record, "a verdict", run_id)
-    configs = _run_lines(folder, CONFIGS_GLOB, EffectiveConfigRecord.from_record, "an effective-config", run_id)
-    failed = _run_lines(folder, OUTCOMES_GLOB, ItemOutcome.from_record, "an item outcome", run_id)
+    verdicts = _run_lines(folder, LineKind.VERDICTS.glob, Verdict.from_record, "a verdict", run_id)
+    configs = _run_lines(folder, LineKind.CONFIGS.glob, EffectiveConfigRecord.from_record, "an effective-config", run_id)
+    failed = _run_lines(folder, LineKind.OUTCOMES.glob, ItemOutcome.from_record, "an item outcome", run_id)
     records = [read_measurement(path) for path in sorted((folder / MEASUREMENTS_DIR).glob("*.json"))]
     measurements = [r for r in records if run_id is None or r.run_id == run_id]
     if not verdicts and not measurements and not failed:
