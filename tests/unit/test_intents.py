@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sglperf.sglang.argv import Option, ParserInfo
-from sglperf.sglang.intents import INTENTS, IntentNotExpressible, SpeculativeSettings, replacement_for
+from sglperf.sglang.intents import INTENTS, IntentNotExpressible, SpeculativeSettings, spelling_of_intent_flag
 
 BOOL = Option(dest="x", takes_value=False)
 SPEC = {
@@ -116,16 +116,16 @@ def test_speculative_alias_is_normalised() -> None:
 
 
 def test_replacements_for_removed_piecewise_flags() -> None:
-    assert (replacement_for("--enable-piecewise-cuda-graph", BACKENDS) or "").startswith(
+    assert (spelling_of_intent_flag("--enable-piecewise-cuda-graph", BACKENDS) or "").startswith(
         "--cuda-graph-backend-prefill breakable"
     )
-    assert (replacement_for("--enforce-piecewise-cuda-graph", BACKENDS) or "").startswith(
+    assert (spelling_of_intent_flag("--enforce-piecewise-cuda-graph", BACKENDS) or "").startswith(
         "--cuda-graph-backend-prefill breakable"
     )
-    assert (replacement_for("--disable-piecewise-cuda-graph", BACKENDS) or "").startswith(
+    assert (spelling_of_intent_flag("--disable-piecewise-cuda-graph", BACKENDS) or "").startswith(
         "--cuda-graph-backend-prefill disabled"
     )
-    assert replacement_for("--no-such-flag", BACKENDS) is None
+    assert spelling_of_intent_flag("--no-such-flag", BACKENDS) is None
 
 
 @given(st.sampled_from([OPT_IN, BOOLEANS, BACKENDS]), st.booleans())

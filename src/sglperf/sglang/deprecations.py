@@ -27,7 +27,7 @@ from importlib import resources
 from packaging.version import Version
 
 from sglperf.sglang.argv import ParserInfo
-from sglperf.sglang.intents import replacement_for as intent_spelling
+from sglperf.sglang.intents import spelling_of_intent_flag as intent_spelling
 
 SHIPPED_FILE = "deprecations.json"
 

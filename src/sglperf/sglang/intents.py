@@ -579,8 +579,8 @@ INTENTS: dict[str, Intent] = {i.name: i for i in _IMPLEMENTATIONS}
 assert tuple(INTENTS) == INTENT_NAMES, "every intent name has exactly one implementation"
 
 
-def replacement_for(flag: str, parser: ParserInfo, architectures: tuple[str, ...] = ()) -> str | None:
-    """What to write instead of ``flag`` for this release, if an intent knows that spelling."""
+def spelling_of_intent_flag(flag: str, parser: ParserInfo, architectures: tuple[str, ...] = ()) -> str | None:
+    """How sglperf spells, for this release, the intent value ``flag`` asks for (when an intent knows that flag)."""
     for intent in INTENTS.values():
         if flag in intent.known_flags:
             value = intent.known_flags[flag]
