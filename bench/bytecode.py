@@ -57,7 +57,7 @@ def _measure(python: Path, repeats: int, tmp: Path) -> tuple[list[float], list[f
     preflights = []
     for _ in range(repeats):
         cache = tempfile.mkdtemp(dir=tmp, prefix="preflight-cache-")
-        cmd = [str(SGLPERF), "preflight", "--python", str(python)]
+        cmd = [str(SGLPERF), "preflight", "--sglang-python", str(python)]
         preflights.append(_timed(cmd, {**env, "SGLPERF_PREFLIGHT_CACHE": cache}, PREFLIGHT_SUMMARY))
     return imports, preflights
 

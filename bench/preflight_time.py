@@ -7,7 +7,7 @@ itself is already built). Warm: the same command again, served from the cache: w
 interpreter's start and sglperf's own imports, as in `sglperf --help`. Goals: under 1 s for both on
 the slowest machine kind (a 2-CPU AVX2 EPYC).
 
-    .venv/bin/python bench/preflight_time.py --sglang 0.5.23 --runs 5
+    .venv/bin/python bench/preflight_time.py --sglang-version 0.5.23 --runs 5
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def _time(cmd: list[str], env: dict[str, str]) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sglang", default="0.5.23")
+    parser.add_argument("--sglang-version", "--sglang", dest="sglang", default="0.5.23")
     parser.add_argument("--deployment", default="deployments/qwen36.toml")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--variant", default="mtp3-full", help="explain this variant ...")
@@ -49,8 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     _docs_table.add_flag(parser)
     args = parser.parse_args(argv)
     sglperf = str(Path(sys.executable).with_name("sglperf"))
-    cmd = [sglperf, "preflight", args.deployment, "--sglang", args.sglang]
-    explain = [sglperf, "explain", args.deployment, "--sglang", args.sglang, "--variant", args.variant]
+    cmd = [sglperf, "preflight", args.deployment, "--sglang-version", args.sglang]
+    explain = [sglperf, "explain", args.deployment, "--sglang-version", args.sglang, "--variant", args.variant]
     explain += ["--against", args.against]
     cold, warm, explain_cold, explain_warm, help_ = [], [], [], [], []
     for _ in range(args.runs):

@@ -17,10 +17,10 @@ cd "$(dirname "$0")/.."
 RESULTS_DIR=${RESULTS_DIR:-results/nightly-$(date -u +%Y%m%dT%H%M%SZ)}
 if [ -n "${SGLANG_PYTHON:-}" ]; then
   bash ci/setup.sh || exit 1
-  cli_interp=(--python "$SGLANG_PYTHON"); pytest_interp=("--sglang-python=$SGLANG_PYTHON")
+  interp=("--sglang-python=$SGLANG_PYTHON")
 elif [ -n "${SGLANG_VERSION:-}" ]; then
   bash ci/setup.sh "$SGLANG_VERSION" || exit 1
-  cli_interp=(--sglang "$SGLANG_VERSION"); pytest_interp=("--sglang-version=$SGLANG_VERSION")
+  interp=("--sglang-version=$SGLANG_VERSION")
 else
   echo "set SGLANG_PYTHON (the serving environment's python) or SGLANG_VERSION" >&2
   exit 2
@@ -28,11 +28,11 @@ fi
 mkdir -p "$RESULTS_DIR"
 
 echo "== preflight"
-.venv/bin/sglperf preflight "${cli_interp[@]}" | tee "$RESULTS_DIR/preflight.txt"
+.venv/bin/sglperf preflight "${interp[@]}" | tee "$RESULTS_DIR/preflight.txt"
 preflight_status=${PIPESTATUS[0]}
 
 echo "== live checks and measurements"
-.venv/bin/pytest -m "live or measure" "${pytest_interp[@]}" "--results-dir=$RESULTS_DIR" \
+.venv/bin/pytest -m "live or measure" "${interp[@]}" "--results-dir=$RESULTS_DIR" \
   "--junit-xml=$RESULTS_DIR/junit.xml" -p no:cacheprovider "$@"
 live_status=$?
 

@@ -6,4 +6,4 @@ cd "$(dirname "$0")/.."
 version=${1:-0.5.23}
 shift || true
 bash ci/setup.sh "$version"
-exec .venv/bin/sglperf preflight --sglang "$version" "$@"
+exec .venv/bin/sglperf preflight --sglang-version "$version" "$@"

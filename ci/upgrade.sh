@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 : "${TARGET_VERSION:?set TARGET_VERSION}" "${SGLANG_PYTHON:?set SGLANG_PYTHON}"
 TARGET_ENV=${TARGET_ENV:-$HOME/sglang-$TARGET_VERSION}
 bash ci/setup.sh || exit 1
-.venv/bin/sglperf upgrade-check --python "$SGLANG_PYTHON" --to "$TARGET_VERSION"
+.venv/bin/sglperf upgrade-check --sglang-python "$SGLANG_PYTHON" --to "$TARGET_VERSION"
 check_status=$?
 if [ ! -x "$TARGET_ENV/bin/python" ]; then
   python3 -m venv "$TARGET_ENV" && "$TARGET_ENV/bin/pip" install -q "sglang==$TARGET_VERSION" || exit 1

@@ -439,7 +439,7 @@ def summary(result: InitResult, root: Path, sglang: str) -> Sequence[str]:
     lines += result.notes
     lines += [
         "next: what SGLang will really do with it, and then a run against the emulator:",
-        f"  sglperf preflight {shown(result.deployment)} --sglang {sglang}",
+        f"  sglperf preflight {shown(result.deployment)} --sglang-version {sglang}",
         f"  pytest -m preflight --sglang-version={sglang}",
     ]
     return lines

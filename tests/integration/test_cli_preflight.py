@@ -22,13 +22,13 @@ def _run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
 def test_cli_bad_deployment_exits_2_with_the_field(tmp_path: Path) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text(QWEN36.read_text().replace("tp_size = 2", "tp_size = 0"))
-    proc = _run("preflight", str(bad), "--python", sys.executable)
+    proc = _run("preflight", str(bad), "--sglang-python", sys.executable)
     assert proc.returncode == 2
     assert "bad.toml" in proc.stderr and "tp_size" in proc.stderr
 
 
 def test_cli_interpreter_without_sglang() -> None:
-    proc = _run("preflight", str(QWEN36), "--python", sys.executable)
+    proc = _run("preflight", str(QWEN36), "--sglang-python", sys.executable)
     assert proc.returncode == 2
     assert "no SGLang installed for" in proc.stderr and "sglperf env build" in proc.stderr
 

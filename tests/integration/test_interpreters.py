@@ -62,7 +62,7 @@ def test_a_bad_python_is_one_line_and_exit_2(
         "hangs": _program(tmp_path, "hangs", "sleep 31.4159"),
     }[case]
     started = time.monotonic()
-    assert main(["preflight", str(QWEN36), "--python", python]) == 2
+    assert main(["preflight", str(QWEN36), "--sglang-python", python]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and expected in err[0] and python in err[0], err
     # The timeout ends the program and everything it started (here the script's sleep), at once.

@@ -20,7 +20,7 @@ def _run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
 
 
 def test_cli_json_records_for_new_release(sglang_python: SglangPython) -> None:
-    proc = _run("preflight", str(QWEN36), "--python", sglang_python(NEW_SGLANG), "--json")
+    proc = _run("preflight", str(QWEN36), "--sglang-python", sglang_python(NEW_SGLANG), "--json")
     assert proc.returncode == 1, proc.stderr  # single-batch overlap is inert on this dense model
     records = json.loads(proc.stdout)
     assert {"deployment", "variant", "intent", "expected", "actual", "ok", "detail", "sglang_version"} <= set(
@@ -36,7 +36,7 @@ def test_cli_json_records_for_new_release(sglang_python: SglangPython) -> None:
 
 
 def test_cli_table_and_exit_status_for_old_release(sglang_python: SglangPython) -> None:
-    proc = _run("preflight", str(QWEN36), "--python", sglang_python(OLD_SGLANG))
+    proc = _run("preflight", str(QWEN36), "--sglang-python", sglang_python(OLD_SGLANG))
     assert proc.returncode == 1
     assert "qwen36      mtp3-defaults" in proc.stdout
     assert '"8. Multimodal / VLM models"' in proc.stdout

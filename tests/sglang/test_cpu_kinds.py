@@ -54,7 +54,7 @@ def test_preflight_of_the_cpu_deployments_on_an_avx2_cpu_never_imports_the_kerne
         "PYTHONPATH": str(sigill_kernel),
         "SGLPERF_PREFLIGHT_CACHE": str(tmp_path / "cache"),  # a fresh probe, not cached answers
     }
-    proc = _preflight(*map(str, CPU_DEPLOYMENTS), "--python", sglang_python(NEW_SGLANG), env=env)
+    proc = _preflight(*map(str, CPU_DEPLOYMENTS), "--sglang-python", sglang_python(NEW_SGLANG), env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"SGLang {NEW_SGLANG}: 17 passed, 0 failed, 0 inert, 0 errors, 0 unproven" in proc.stdout
     said = proc.stderr.splitlines()
@@ -79,7 +79,7 @@ def test_a_probe_killed_by_sigill_says_so_at_once(
         "SGLPERF_PREFLIGHT_CACHE": str(tmp_path / "cache"),
     }
     started = time.monotonic()
-    proc = _preflight(str(QWEN36), "--python", sglang_python(NEW_SGLANG), env=env, timeout=120)
+    proc = _preflight(str(QWEN36), "--sglang-python", sglang_python(NEW_SGLANG), env=env, timeout=120)
     assert time.monotonic() - started < 60
     assert proc.returncode != 0
     assert (

@@ -57,7 +57,7 @@ concurrency = [1]
         )
     )
     proc = subprocess.run(
-        [SGLPERF, "preflight", str(path), "--sglang", "0.5.23"],
+        [SGLPERF, "preflight", str(path), "--sglang-version", "0.5.23"],
         capture_output=True,
         text=True,
         cwd=tmp_path,

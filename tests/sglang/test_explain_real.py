@@ -16,7 +16,7 @@ SGLPERF = str(Path(sys.executable).with_name("sglperf"))
 def _explain(sglang_python: SglangPython, version: str, *args: str) -> subprocess.CompletedProcess[str]:
     sglang_python(version)  # built by the fixture; the command then finds it as a user's would
     return subprocess.run(
-        [SGLPERF, "explain", str(QWEN36), "--sglang", version, *args],
+        [SGLPERF, "explain", str(QWEN36), "--sglang-version", version, *args],
         capture_output=True,
         text=True,
         cwd=ROOT,

@@ -49,17 +49,17 @@ def _both(name: str, args: tuple[str, ...], releases: tuple[str, ...], long: boo
 
 
 CASES: tuple[Case, ...] = (
-    *_both("preflight-0.5.23", ("preflight", QWEN36, TINY, "--sglang", "0.5.23"), ("0.5.23",)),
-    *_both("preflight-0.5.13", ("preflight", QWEN36, TINY, "--sglang", "0.5.13"), ("0.5.13",)),
-    *_both("explain-qwen36-0.5.23", ("explain", QWEN36, "--sglang", "0.5.23"), ("0.5.23",)),
+    *_both("preflight-0.5.23", ("preflight", QWEN36, TINY, "--sglang-version", "0.5.23"), ("0.5.23",)),
+    *_both("preflight-0.5.13", ("preflight", QWEN36, TINY, "--sglang-version", "0.5.13"), ("0.5.13",)),
+    *_both("explain-qwen36-0.5.23", ("explain", QWEN36, "--sglang-version", "0.5.23"), ("0.5.23",)),
     *_both(
         "explain-qwen36-against-0.5.13",
-        ("explain", QWEN36, "--sglang", "0.5.13", "--variant", "mtp3-full", "--against", "mtp3-defaults"),
+        ("explain", QWEN36, "--sglang-version", "0.5.13", "--variant", "mtp3-full", "--against", "mtp3-defaults"),
         ("0.5.13",),
     ),
     *_both(
         "explain-tiny-against-0.5.23",
-        ("explain", TINY, "--sglang", "0.5.23", "--against", "plain"),
+        ("explain", TINY, "--sglang-version", "0.5.23", "--against", "plain"),
         ("0.5.23",),
     ),
     *_both(

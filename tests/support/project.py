@@ -84,10 +84,10 @@ decode_cuda_graph = true
 def preflight_json(
     path: Path, version: str, *extra: str
 ) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]]]:
-    """``sglperf preflight PATH --sglang VERSION --json`` run beside the file, as a user runs it: the
+    """``sglperf preflight PATH --sglang-version VERSION --json`` run beside the file, as a user runs it: the
     process and its verdict records (none when it printed no JSON)."""
     proc = subprocess.run(
-        [SGLPERF, "preflight", str(path), "--sglang", version, "--json", *extra],
+        [SGLPERF, "preflight", str(path), "--sglang-version", version, "--json", *extra],
         capture_output=True,
         text=True,
         cwd=path.parent,

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from sglperf import cli, errors
+from sglperf.commands import UsageError
 from sglperf.errors import SglperfError
 from sglperf.model.deployment_file import load
 from sglperf.plugin import items
@@ -215,7 +216,7 @@ def test_cli_builtin_value_error_is_a_bug_not_bad_input(
 def test_cli_explained_error_raised_anywhere_is_one_line(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(cli, "cmd_baseline", _raising(cli.UsageError("--thing: not allowed; pass another")))
+    monkeypatch.setattr(cli, "cmd_baseline", _raising(UsageError("--thing: not allowed; pass another")))
     assert cli.main(["baseline", "show", "x.json"]) == cli.EXIT_BAD_INPUT
     assert capsys.readouterr().err == "sglperf: --thing: not allowed; pass another\n"
 

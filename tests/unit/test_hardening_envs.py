@@ -26,7 +26,7 @@ def test_a_version_is_checked_before_it_names_any_folder(
     victim.mkdir()
     (victim / "precious").write_text("keep me")
     monkeypatch.setenv("SGLPERF_HOME", str(tmp_path / "h" / "i" / "j"))
-    assert main(["preflight", str(QWEN36), "--sglang", version]) == 2
+    assert main(["preflight", str(QWEN36), "--sglang-version", version]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "not a release version" in err[0], err
     assert (victim / "precious").read_text() == "keep me"

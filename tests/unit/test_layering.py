@@ -28,7 +28,8 @@ LAYERS = {
     "session": 7,  # one run's state
     "options": 7,  # every command-line option, defined once for the plugin and the command
     "plugin": 8,  # pytest, a thin layer
-    "cli": 8,  # the command, a thin layer
+    "commands": 8,  # the commands as plain functions, with typed results
+    "cli": 9,  # the command line, a thin layer: parses, calls a command, prints
 }
 # The test double may use plain data, SGLang's spelling and the error root (its configuration errors are
 # explained like sglperf's), nothing that would make it agree with sglperf's own reading of a server by

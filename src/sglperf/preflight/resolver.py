@@ -159,7 +159,7 @@ def installed_sglang(python: str) -> tuple[str, float]:
     if not isinstance(found, list) or len(found) != 2:
         raise PreflightError(
             f"no SGLang installed for {python}. Either let sglperf build an environment for a release "
-            "(`sglperf env build 0.5.23`, then `--sglang 0.5.23` / `--sglang-version 0.5.23`), or install it "
+            "(`sglperf env build 0.5.23`, then `--sglang-version 0.5.23`), or install it "
             f"there: `{python} -m pip install --no-deps sglang==VERSION` plus its light requirements "
             "(see docs/environments.md)."
         )
