@@ -675,6 +675,15 @@ def _check_report_of(tmp_path: Path, content: bytes) -> None:
     assert all(folder in p.parents for p in written), written  # nothing outside the folder
 
 
+@pytest.mark.parametrize("value", [math.inf, -math.inf, 1e308])
+def test_a_record_with_a_sample_at_infinity_is_reported_not_a_crash(tmp_path: Path, value: float) -> None:
+    """Found by the fuzzing below: an infinite sample gave the plot an infinite axis and matplotlib raised
+    (ValueError: Axis limits cannot be NaN or Inf), a traceback from `sglperf report`."""
+    record = _valid_record()
+    record["samples"]["decode_tok_s"][1] = value
+    _check_report_of(tmp_path, json.dumps(record).encode())
+
+
 @FUZZ
 @given(data=st.data())
 def test_fuzz_measurement_record_mutated(tmp_path: Path, data: st.DataObject) -> None:

@@ -112,15 +112,17 @@ def _keep_scale(ax: Any, metric: str, values: Sequence[float], floor: float) -> 
     quiet metric fills the panel and reads as a collapse. The band's own shape (its better side mirrored
     in log space) keeps a latency's axis above zero where a symmetric one went negative: the CPU tier's
     250% floor put e2e_s on an axis from -0.3 s."""
-    if not values:
+    finite = [v for v in values if math.isfinite(v)]  # a damaged record's inf is drawn at the edge, not scaled to
+    if not finite:
         return
     low, high = ax.get_ylim()
-    centre = (min(values) + max(values)) / 2
+    centre = (min(finite) + max(finite)) / 2
     band_low, band_high = sorted(_band(metric, centre, floor))
-    low, high = min(low, band_low), max(high, band_high)
-    if min(values) >= 0:
+    if math.isfinite(band_low) and math.isfinite(band_high):
+        low, high = min(low, band_low), max(high, band_high)
+    if min(finite) >= 0:
         low = max(low, 0.0)
-    if high > low:
+    if high > low and math.isfinite(low) and math.isfinite(high):
         ax.set_ylim(low, high)
     ax.ticklabel_format(axis="y", useOffset=False)
 

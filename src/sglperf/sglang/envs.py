@@ -426,7 +426,8 @@ def choose_python(python: str | None = None, sglang_version: str | None = None, 
     if not ready:
         raise EnvBuildError(
             f"no SGLang in this interpreter ({sys.executable}) and no managed SGLang environment: build one with "
-            "`sglperf env build 0.5.23` (or pass --sglang-version VERSION, or --sglang-python of your SGLang environment)"
+            "`sglperf env build 0.5.23` (or pass --sglang-version VERSION, or --sglang-python of your SGLang "
+            "environment)"
         )
     progress(f"no SGLang in {sys.executable}: using the managed SGLang {ready[-1].version} ({ready[-1].python})")
     return str(ready[-1].python)
