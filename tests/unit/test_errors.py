@@ -50,19 +50,22 @@ class _Scan:
     def __init__(self) -> None:
         self.bases: dict[str, list[str]] = {}  # "sglperf.x.Class" -> resolved bases
         self.aliases: dict[str, dict[str, str]] = {}  # module -> local name -> dotted name it stands for
-        trees = {_module_name(p): ast.parse(p.read_text(), str(p)) for p in sorted(PACKAGE.rglob("*.py"))}
-        for module, tree in trees.items():
-            self.aliases[module] = self._imports(tree)
-        for module, tree in trees.items():
-            local = {n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
-            for node in ast.walk(tree):
-                if isinstance(node, ast.ClassDef):
-                    self.bases[f"{module}.{node.name}"] = [self._dotted(module, b, local) for b in node.bases]
+        classes: dict[str, list[ast.ClassDef]] = {}
+        for path in sorted(PACKAGE.rglob("*.py")):
+            module = _module_name(path)
+            # One walk of each tree (it was three): collection of the whole fast tier waited on this scan.
+            nodes = list(ast.walk(ast.parse(path.read_text(), str(path))))
+            self.aliases[module] = self._imports(nodes)
+            classes[module] = [n for n in nodes if isinstance(n, ast.ClassDef)]
+        for module, defs in classes.items():
+            local = {d.name for d in defs}
+            for node in defs:
+                self.bases[f"{module}.{node.name}"] = [self._dotted(module, b, local) for b in node.bases]
 
     @staticmethod
-    def _imports(tree: ast.Module) -> dict[str, str]:
+    def _imports(nodes: list[ast.AST]) -> dict[str, str]:
         found = {}
-        for node in ast.walk(tree):
+        for node in nodes:
             if isinstance(node, ast.Import):
                 for a in node.names:
                     found[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]

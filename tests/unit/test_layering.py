@@ -4,6 +4,7 @@ no module imports itself in a circle, and production code never imports the test
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -37,6 +38,7 @@ LAYERS = {
 TESTING_MAY_IMPORT = {"errors", "model", "sglang", "testing"}
 
 
+@functools.cache
 def _modules() -> dict[str, Path]:
     found = {}
     for path in PACKAGE.rglob("*.py"):
