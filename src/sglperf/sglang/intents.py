@@ -153,6 +153,13 @@ def _captured_sizes(effective: Mapping[str, Any], fields: Sequence[str]) -> tupl
     return None
 
 
+def _switch(flag: str, parser: ParserInfo) -> list[str]:
+    """A switch this release must have."""
+    if not parser.has(flag):
+        raise IntentNotExpressible(f"SGLang {parser.version} has no {flag}")
+    return [flag]
+
+
 def _raise_to(flags: Sequence[str], value: int, parser: ParserInfo, what: str) -> list[str]:
     """The first of ``flags`` this release accepts, set to ``value``."""
     chosen = _first_usable([_Spelling(f) for f in flags], parser)
@@ -319,11 +326,8 @@ class OverlapSchedule(_Boolean):
     flag_names = (FLAG,)
 
     def flags(self, value: Any, parser: ParserInfo, architectures: tuple[str, ...]) -> list[str]:
-        if value:
-            return []  # the default; what turns it off are SGLang's own rules, which no flag overrides
-        if not parser.has(self.FLAG):
-            raise IntentNotExpressible(f"SGLang {parser.version} has no {self.FLAG}")
-        return [self.FLAG]
+        # On, the default: what turns it off are SGLang's own rules, which no flag overrides.
+        return _switch(self.FLAG, parser) if not value else []
 
     def read(self, effective: Mapping[str, Any], model: ModelFacts | None = None) -> Reading:
         if self.FIELD not in effective:
@@ -346,11 +350,7 @@ class SingleBatchOverlap(_Boolean):
     flag_names = (FLAG,)
 
     def flags(self, value: Any, parser: ParserInfo, architectures: tuple[str, ...]) -> list[str]:
-        if not value:
-            return []
-        if not parser.has(self.FLAG):
-            raise IntentNotExpressible(f"SGLang {parser.version} has no {self.FLAG}")
-        return [self.FLAG]
+        return _switch(self.FLAG, parser) if value else []
 
     def read(self, effective: Mapping[str, Any], model: ModelFacts | None = None) -> Reading:
         if self.FIELD not in effective:
