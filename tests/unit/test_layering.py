@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import re
 from pathlib import Path
 
 import pytest
@@ -133,3 +134,17 @@ def test_layering_check_catches_what_it_forbids(tmp_path: Path) -> None:
     assert violations("sglperf.runtime.x", {"sglperf.measure.meter"})  # same layer, other package
     assert violations("sglperf.testing.emulator.x", {"sglperf.judge.intent"})
     assert not violations("sglperf.judge.x", {"sglperf.model.verdict", "sglperf.judge.intent"})
+
+
+def test_the_architecture_page_names_every_module() -> None:
+    """docs/architecture.md is where a newcomer finds where a change goes: a module it does not name is a
+    home nobody can find."""
+    page = (PACKAGE.parents[1] / "docs" / "architecture.md").read_text()
+    named = set(re.findall(r"^\| `([a-z_/]+)`", page, flags=re.MULTILINE))
+    missing = []
+    for module in _modules():
+        parts = module.split(".")[1:]
+        path = "/".join(parts) + ("/" if _modules()[module].name == "__init__.py" else "")
+        if parts and path not in named:
+            missing.append(path)
+    assert missing == [], f"docs/architecture.md's module table lacks {missing}"
