@@ -45,9 +45,11 @@ from typing import Any
 
 # GPU kernel packages, each stubbed only if importing it fails (as SGLang's own CPU tests do with
 # sgl_kernel). flashinfer is stubbed because SGLang picks its default attention backend by whether
-# flashinfer is importable, as it is on every GPU runner. Stub nothing else: transformers probes
-# optional packages such as flash_attn by spec and breaks on a stub.
-GPU_ONLY_MODULES = ("sgl_kernel", "flashinfer")
+# flashinfer is importable, as it is on every GPU runner; deep_gemm, installed with SGLang on every CUDA
+# runner, because 0.5.20+ import it unguarded in MLA attention (without it SGLang's registry drops its
+# DeepSeek class and the build falls back to a Transformers class that cannot shard MLA). Stub nothing
+# else: transformers probes optional packages such as flash_attn by spec and breaks on a stub.
+GPU_ONLY_MODULES = ("sgl_kernel", "flashinfer", "deep_gemm")
 
 
 def _stub_gpu_only_modules(never_import: list[str]) -> tuple[list[str], list[str]]:
@@ -961,6 +963,14 @@ class _ModelBuilder:
                     self._fake_groups(rc, context.parallel, effective)
                     self._initialize_moe_config(server_args)
                     yield
+            elif rc is not None and hasattr(rc, "publish") and hasattr(rc, "SpawnRanks"):
+                # 0.5.20-0.5.21: one process-wide context, published as the scheduler publishes it (and
+                # put back by the job's clean state); its group handles are read from it, never from
+                # parallel_state's globals ("parallel name 'pp_group' has not been written").
+                rc.publish(server_args, role="scheduler", ranks=rc.SpawnRanks(world_rank=0, gpu_id=0))
+                self._fake_groups(rc, rc.get_parallel(), effective)
+                self._initialize_moe_config(server_args)
+                yield
             else:
                 # 0.5.13 (and 0.5.19, whose publish shim below fills its runtime context): module
                 # globals, put back by `records` (the runtime context by the job's clean state).
