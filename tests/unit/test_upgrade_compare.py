@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -106,7 +107,7 @@ def checks(deployment: Deployment) -> tuple[list[VariantCheck], list[VariantChec
                 verdict("mtp1", "prefill_cuda_graph", "off", Status.FAIL, "read from x"),
                 verdict("mtp1", "decode_cuda_graph", "on", Status.PASS),
             ],
-            ("--mamba-scheduler-strategy", "extra_buffer"),
+            ("--mamba-scheduler-strategy", "extra_buffer", "--disable-piecewise-cuda-graph", "--disable-cuda-graph"),
             ("max_total_tokens=1000 is small", "chunked prefill is off"),
         ),
         variant_check(
@@ -163,10 +164,11 @@ def test_flag_changes_name_removed_renamed_and_deprecated_flags_with_replacement
     }
     # The releases' own words come first, but 0.5.14-0.5.19's replacement (tc_piecewise) is a value the target
     # refuses: then sglperf spells the intent.
+    # Only flags a variant passes: how sglperf would spell an intent nobody asks for is no change of the user's.
     assert changes["--enforce-piecewise-cuda-graph"] == upgrade.FlagChange(
         "--enforce-piecewise-cuda-graph",
         "removed",
-        ("intent prefill_cuda_graph", "qwen36/mtp3-full"),
+        ("qwen36/mtp3-full",),
         PREFILL_REPLACEMENT,
         "intent",
     )
@@ -174,7 +176,7 @@ def test_flag_changes_name_removed_renamed_and_deprecated_flags_with_replacement
     assert changes["--disable-piecewise-cuda-graph"] == upgrade.FlagChange(
         "--disable-piecewise-cuda-graph",
         "renamed",
-        ("intent prefill_cuda_graph",),
+        ("qwen36/mtp1",),
         "--cuda-graph-backend-prefill=disabled",
         "SGLang 0.5.14-0.5.19's deprecation",
         "'--disable-piecewise-cuda-graph' is deprecated and will be removed in a future release. "
@@ -254,7 +256,7 @@ def test_the_releases_own_replacement_wins_and_is_quoted(deployment: Deployment)
         f'its new name is --new-knob, from SGLang 0.5.13\'s deprecation ("{said}")'
     ) in lines
     assert (
-        "  --disable-cuda-graph: deprecated in 0.5.23 (used by intent decode_cuda_graph); "
+        "  --disable-cuda-graph: deprecated in 0.5.23 (used by qwen36/mtp1); "
         "SGLang 0.5.23's parser names its replacement: --cuda-graph-backend-decode=disabled"
     ) in lines
 
@@ -264,7 +266,7 @@ def test_render_tells_the_operator_what_changes(deployment: Deployment) -> None:
     lines = text.splitlines()
     assert lines[0] == "SGLang 0.5.13 -> 0.5.23"
     assert (
-        "  --enforce-piecewise-cuda-graph: removed in 0.5.23 (used by intent prefill_cuda_graph, qwen36/mtp3-full); "
+        "  --enforce-piecewise-cuda-graph: removed in 0.5.23 (used by qwen36/mtp3-full); "
         f"sglperf will use {PREFILL_REPLACEMENT}"
     ) in lines
     assert (
@@ -274,7 +276,7 @@ def test_render_tells_the_operator_what_changes(deployment: Deployment) -> None:
     ) in lines
     assert "  --legacy-knob: removed in 0.5.23 (used by qwen36/mtp3-full); no known replacement" in lines
     assert any(
-        line.startswith("  --disable-cuda-graph: deprecated in 0.5.23 (used by intent decode_cuda_graph)")
+        line.startswith("  --disable-cuda-graph: deprecated in 0.5.23 (used by qwen36/mtp1)")
         for line in lines
     )
 
@@ -296,7 +298,7 @@ def test_render_tells_the_operator_what_changes(deployment: Deployment) -> None:
     assert "  qwen36/mtp1 gone: chunked prefill is off" in lines
     refused = lines.index("Refused by 0.5.23:")
     assert lines[refused + 1] == "  qwen36/mtp3-full: SGLang's validation says: no"
-    assert lines[-1] == "3 intents change, 2 would fail with 0.5.23, 5 flag changes"
+    assert lines[-1] == "3 intents change, 2 would fail with 0.5.23, 0 fail on both, 5 flag changes"
 
 
 def test_render_of_a_quiet_upgrade(deployment: Deployment) -> None:
@@ -309,18 +311,28 @@ def test_render_of_a_quiet_upgrade(deployment: Deployment) -> None:
     assert "Flags: no flag in use was removed, renamed or deprecated" in text
     for section in ("Would fail", "SGLang warnings", "Refused by", "BREAKS", "changed"):
         assert section not in text
-    assert text.endswith("0 intents change, 0 would fail with 0.5.23, 0 flag changes")
+    assert text.endswith("0 intents change, 0 would fail with 0.5.23, 0 fail on both, 0 flag changes")
 
 
-def test_an_intent_failing_on_both_releases_still_would_fail(deployment: Deployment) -> None:
+def test_an_intent_failing_on_both_releases_is_standing_not_the_upgrades_failure(deployment: Deployment) -> None:
+    """The Gemma-3 case: an INERT verdict on both releases made upgrade-check exit 1 ("Would fail with
+    0.5.23"), though the upgrade changes nothing about it. It is listed in its own section instead."""
     failing = [verdict("mtp1", "prefill_cuda_graph", "off", Status.FAIL, "read from x")]
-    old = [variant_check(deployment, "mtp1", OLD, failing)]
-    new = [variant_check(deployment, "mtp1", NEW, failing)]
+    inert = [verdict("mtp1", "vision_weights_skipped", "on", Status.INERT, "the tower is built")]
+    old = [variant_check(deployment, "mtp1", OLD, [*failing, *inert])]
+    new = [variant_check(deployment, "mtp1", NEW, [*failing, replace(inert[0], sglang_version=NEW)])]
     r = upgrade.compare_releases(OLD, NEW, NEW_PARSER, NEW_PARSER, old, new)
-    assert [c.intent for c in r.breaking] == ["prefill_cuda_graph"] and r.changed == []
-    text = upgrade_text.render(r)
-    assert "  qwen36/mtp1 prefill_cuda_graph: read from x" in text
-    assert "BREAKS" not in text  # unchanged: not marked as news
+    assert r.breaking == [] and r.changed == []
+    assert [c.intent for c in r.standing] == ["prefill_cuda_graph", "vision_weights_skipped"]
+    lines = upgrade_text.render(r).splitlines()
+    assert "Would fail with 0.5.23:" not in lines and "BREAKS" not in "\n".join(lines)
+    at = lines.index("Failing with 0.5.13 and 0.5.23 alike (not the upgrade's doing):")
+    assert lines[at + 1 : at + 3] == [
+        "  qwen36/mtp1 prefill_cuda_graph: read from x",
+        "  qwen36/mtp1 vision_weights_skipped: the tower is built",
+    ]
+    assert lines[-1] == "0 intents change, 0 would fail with 0.5.23, 2 fail on both, 0 flag changes"
+    assert any(line.endswith("inert->inert fails on both") for line in lines)
 
 
 def test_json_record(deployment: Deployment) -> None:

@@ -22,6 +22,8 @@ def _intent_line(c: IntentChange, width: int) -> str:
     mark = ""
     if c.changed:
         mark = "BREAKS" if c.breaks else ("SGLang default changed" if not c.requested else "changed")
+    elif c.standing:
+        mark = "fails on both"
     return (
         f"  {f'{c.deployment}/{c.variant}':{width}}  {c.intent:24} {c.before!s:34} -> "
         f"{c.after!s:34} {c.status_before}->{c.status_after} {mark}".rstrip()
@@ -51,6 +53,10 @@ def render(report: UpgradeReport) -> str:
         lines += ["", f"Would fail with {t}:"] + [
             f"  {c.deployment}/{c.variant} {c.intent}: {c.detail_after}" for c in report.breaking
         ]
+    if report.standing:
+        lines += ["", f"Failing with {f} and {t} alike (not the upgrade's doing):"] + [
+            f"  {c.deployment}/{c.variant} {c.intent}: {c.detail_after}" for c in report.standing
+        ]
     if report.fields:
         lines += ["", f"Effective fields that change under the intents ({f} -> {t}), with the rule on each side"]
     for fc in report.fields:
@@ -65,7 +71,7 @@ def render(report: UpgradeReport) -> str:
     lines += [
         "",
         f"{len(report.changed)} intents change, {len(report.breaking)} would fail with {t}, "
-        f"{len(report.flags)} flag changes",
+        f"{len(report.standing)} fail on both, {len(report.flags)} flag changes",
     ]
     return "\n".join(lines)
 

@@ -12,7 +12,6 @@ from sglperf.preflight import VariantCheck
 from sglperf.sglang.argv import ParsedArgv, ParserInfo
 from sglperf.sglang.config_fields import OTHER
 from sglperf.sglang.deprecations import DeprecationLedger, replacement
-from sglperf.sglang.intents import INTENTS
 from sglperf.upgrade.records import FieldChanges, FlagChange, IntentChange, UpgradeReport, WarningChange
 
 NUMBER = re.compile(r"\d+(\.\d+)?")
@@ -21,17 +20,14 @@ NUMBER = re.compile(r"\d+(\.\d+)?")
 def flag_changes(
     old: ParserInfo, new: ParserInfo, old_checks: Sequence[VariantCheck], architectures: tuple[str, ...]
 ) -> list[FlagChange]:
-    """Flags the deployments use on the old release, plus every spelling the intents know: those the new
-    release removed (renamed, when the releases' own words name what it accepts instead) or deprecates."""
+    """The flags the deployments pass on the old release (their own, and those their requests spell there)
+    that the new release removed (renamed, when the releases' own words name what it accepts instead) or
+    deprecates. How sglperf would spell an intent nobody asks for is no change of the user's."""
     users: dict[str, set[str]] = {}
     for check in old_checks:
         if check.launch is not None:
             for flag in ParsedArgv(check.launch.argv, old).names:
                 users.setdefault(flag, set()).add(f"{check.deployment.key}/{check.variant.id}")
-    for intent in INTENTS.values():
-        for flag in intent.known_flags:
-            if old.has(flag):
-                users.setdefault(flag, set()).add(f"intent {intent.name}")
     ledger = DeprecationLedger.shipped().with_parsers(old, new)
     changes = []
     for flag, used_by in sorted(users.items()):

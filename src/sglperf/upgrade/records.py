@@ -44,7 +44,13 @@ class IntentChange:
 
     @property
     def breaks(self) -> bool:
-        return Status(self.status_after).failed
+        """The upgrade makes it fail: it fails after and did not fail alike before."""
+        return Status(self.status_after).failed and self.changed
+
+    @property
+    def standing(self) -> bool:
+        """It fails on both releases alike: not the upgrade's doing, but still a failure to fix."""
+        return Status(self.status_after).failed and not self.changed
 
 
 @dataclass(frozen=True)
@@ -82,6 +88,10 @@ class UpgradeReport:
         return [c for c in self.intents if c.breaks]
 
     @property
+    def standing(self) -> list[IntentChange]:
+        return [c for c in self.intents if c.standing]
+
+    @property
     def changed(self) -> list[IntentChange]:
         return [c for c in self.intents if c.changed]
 
@@ -90,6 +100,7 @@ class UpgradeReport:
             "from": self.from_version,
             "to": self.to_version,
             "breaking": len(self.breaking),
+            "standing": len(self.standing),
             "flags": [asdict(f) for f in self.flags],
             "intents": [asdict(c) for c in self.intents],
             "warnings": [asdict(w) for w in self.warnings],
