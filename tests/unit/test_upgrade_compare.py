@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
 from sglperf import upgrade
 from sglperf.model.deployment import Deployment
 from sglperf.model.deployment_file import load
-from sglperf.model.resolution import LogLine, Resolution, Write
+from sglperf.model.resolution import FieldChange, LogLine, ModelFacts, Resolution, Write
 from sglperf.model.verdict import Status, Verdict
 from sglperf.preflight.check import VariantCheck
 from sglperf.reporting import upgrade as upgrade_text
@@ -275,10 +276,7 @@ def test_render_tells_the_operator_what_changes(deployment: Deployment) -> None:
         f'("{MAMBA_SAYS}")'
     ) in lines
     assert "  --legacy-knob: removed in 0.5.23 (used by qwen36/mtp3-full); no known replacement" in lines
-    assert any(
-        line.startswith("  --disable-cuda-graph: deprecated in 0.5.23 (used by qwen36/mtp1)")
-        for line in lines
-    )
+    assert any(line.startswith("  --disable-cuda-graph: deprecated in 0.5.23 (used by qwen36/mtp1)") for line in lines)
 
     def row(variant: str, intent: str) -> str:
         return next(line for line in lines if f"qwen36/{variant} " in line and f" {intent} " in line)
@@ -427,3 +425,91 @@ def test_the_walk_names_the_release_of_each_change_with_its_rule_and_the_flags_r
     assert f"  --legacy-knob -> --new-knob ({mid} deprecated --legacy-knob and named it); not accepted by {NEW}" in text
     assert f"    {mid}: cuda_graph_max_bs: 24 -> 48" in text
     json.dumps(walk.to_record())
+
+
+def _walk_step(
+    deployment: Deployment,
+    version: str,
+    effective: dict[str, Any],
+    *,
+    writes: tuple[Write, ...] = (),
+    warnings: tuple[str, ...] = (),
+    model: ModelFacts | None = None,
+    model_error: str | None = None,
+    vision: tuple[str, Status] = ("on", Status.PASS),
+) -> upgrade.ReleaseStep:
+    verdicts = [verdict("mtp3-full", "vision_weights_skipped", vision[0], vision[1], version=version)]
+    c = variant_check(deployment, "mtp3-full", version, verdicts)
+    logs = tuple(LogLine("WARNING", "sglang", w) for w in warnings)
+    c.resolution = Resolution(
+        c.resolution.argv if c.resolution else (), {}, effective, logs, writes, model=model, model_error=model_error
+    )
+    return upgrade.ReleaseStep(version, NEW_PARSER, (c,))
+
+
+BUILT = ModelFacts("Qwen3_5ForConditionalGeneration", None, 0, 26896675584, 0)
+
+
+def test_the_walk_never_credits_a_change_to_the_release_after_a_gap_alone(deployment: Deployment) -> None:
+    """A release that could not be resolved, or whose model class could not be built, leaves the change unsure
+    between it and the next one: shown at the next release, with the gap named; no phantom change on the
+    release where the model class failed to build."""
+    cap = Write("mem_fraction_static", 0.85, "_handle_gpu_memory_settings", "server_args.py:4979")
+    old_rule = Write("disable_piecewise_cuda_graph", True, "_handle_piecewise_cuda_graph", "server_args.py:1376")
+    steps = [
+        _walk_step(
+            deployment,
+            "0.5.13",
+            {"mem_fraction_static": 0.7, "disable_piecewise_cuda_graph": True},
+            writes=(old_rule,),
+            model=BUILT,
+        ),
+        upgrade.ReleaseStep("0.5.14", None, (), "building its environment failed"),
+        _walk_step(
+            deployment,
+            "0.5.15",
+            {"mem_fraction_static": 0.85},
+            writes=(cap,),
+            model=BUILT,
+            warnings=("SGLANG_ENABLE_SPEC_V2 has been removed",),
+        ),
+        _walk_step(
+            deployment,
+            "0.5.16",
+            {"mem_fraction_static": 0.85},
+            model_error="RuntimeError: no groups",
+            vision=("off", Status.UNPROVEN),
+        ),
+        _walk_step(
+            deployment, "0.5.17", {"mem_fraction_static": 0.85}, model=replace(BUILT, param_bytes_per_rank=26000000000)
+        ),
+    ]
+    fields = ("mem_fraction_static", "disable_piecewise_cuda_graph", "built_model.param_bytes_per_rank")
+    changes = tuple(FieldChange(f, "memory and KV pool", 0, 1) for f in fields)
+    report = upgrade.UpgradeReport("0.5.13", "0.5.17", fields=[upgrade.FieldChanges("qwen36", "mtp3-full", changes)])
+    walk = upgrade.walk_releases(steps, report)
+    seen = {(t.what, t.release): t for t in walk.transitions}
+    # Changed between 0.5.13 and 0.5.15, and 0.5.14 says nothing: unsure, the rule quoted is 0.5.15's.
+    moved = seen[("mem_fraction_static", "0.5.15")]
+    assert (moved.unsure, moved.rule_release) == (("0.5.14",), "0.5.15") and moved.rule == cap.describe()
+    # A field 0.5.15 no longer has: the rule that set it is 0.5.13's, and says so.
+    gone = seen[("disable_piecewise_cuda_graph", "0.5.15")]
+    assert (gone.after, gone.rule_release) == ("(absent)", "0.5.13") and gone.rule == old_rule.describe()
+    # The warning only 0.5.15 prints: it appears there and goes at 0.5.16, release by release.
+    assert [(t.release, t.before, t.after) for t in walk.transitions if t.what == upgrade.records.WARNING] == [
+        ("0.5.15", "(none)", "SGLANG_ENABLE_SPEC_V2 has been removed"),
+        ("0.5.16", "SGLANG_ENABLE_SPEC_V2 has been removed", "(none)"),
+    ]
+    # 0.5.16 could not build the model: said once, and no intent or model fact moves there.
+    assert [t.release for t in walk.transitions if t.what == upgrade.records.MODEL_BUILD] == ["0.5.16"]
+    assert not any(t.what.startswith("intent") for t in walk.transitions)
+    built = seen[("built_model.param_bytes_per_rank", "0.5.17")]
+    assert (built.before, built.after, built.unsure) == ("26896675584", "26000000000", ("0.5.16",))
+    text = upgrade_text.render_walk(walk)
+    assert "    0.5.15 (or 0.5.14 before it, where it is not known): mem_fraction_static: 0.7 -> 0.85" in text
+    assert f"        0.5.13: {old_rule.describe()}" in text
+    assert (
+        "    0.5.15 (or 0.5.14 before it, where it is not known): SGLang warns: SGLANG_ENABLE_SPEC_V2 has been removed"
+        in text
+    )
+    assert "    0.5.16: the model class was not built on the meta device: RuntimeError: no groups: " in text

@@ -14,22 +14,36 @@ from sglperf.sglang.intents import INTENTS, VISION, Intent
 MAX_REASONS = 4
 
 
+def _nested(path: str, value: Any) -> dict[str, Any]:
+    """A write to ``cuda_graph_config.prefill.backend`` as the mapping an intent reads it from."""
+    *parents, leaf = path.split(".")
+    mapping: dict[str, Any] = {leaf: value}
+    for part in reversed(parents):
+        mapping = {part: mapping}
+    return mapping
+
+
 def _describe_write(intent: Intent, write: Write) -> tuple[Any, str]:
     """(intent value this write implies or None, how to show it)."""
     try:
-        reading = intent.read({write.field: write.new})
+        reading = intent.read(_nested(write.field, write.new))
         return reading.value, f"{reading.source} ({intent.show(reading.value)})"
     except (KeyError, TypeError):
         shown = repr(write.new)
         return None, f"{write.field} = {shown[:80]}"
 
 
+# Log lines that can say why SGLang decided something; an INFO line only reports what it did.
+REASON_LEVELS = ("WARNING", "ERROR", "CRITICAL")
+
+
 def explain(intent: Intent, args: EffectiveArgs, actual: Any) -> list[str]:
-    """SGLang's rules that produced ``actual``, then its log lines about the intent."""
+    """SGLang's rules that produced ``actual`` (a write to the intent's field or to a setting nested in it),
+    then its warnings about the intent."""
     reasons: list[str] = []
     previous: Any = object()
     for write in args.writes:
-        if write.field not in intent.fields:
+        if write.field.split(".", 1)[0] not in intent.fields:
             continue
         implied, shown = _describe_write(intent, write)
         decisive = implied is not None and intent.matches(implied, actual) and implied != previous
@@ -44,7 +58,7 @@ def explain(intent: Intent, args: EffectiveArgs, actual: Any) -> list[str]:
     reasons += [
         f"SGLang log [{line.level}] {line.message.strip()[:300]}"
         for line in args.logs
-        if is_about(intent, line.message)
+        if line.level in REASON_LEVELS and is_about(intent, line.message)
     ]
     return reasons[:MAX_REASONS]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from itertools import groupby
 
 from sglperf.upgrade import FieldChanges, FlagChange, IntentChange, UpgradeReport, WalkReport
+from sglperf.upgrade.records import MODEL_BUILD, WARNING, Transition
 
 
 def _flag_line(change: FlagChange, target: str) -> str:
@@ -98,7 +99,20 @@ def render_walk(walk: WalkReport) -> str:
     for (deployment, variant), group in groupby(by_variant, key=lambda t: (t.deployment, t.variant)):
         lines.append(f"  {deployment}/{variant}:")
         for t in group:
-            lines.append(f"    {t.release}: {t.what}: {t.before} -> {t.after}")
+            lines.append(f"    {_transition_line(t)}")
             if t.rule:
-                lines.append(f"        {t.rule[:300]}")
+                lines.append(f"        {t.rule_release + ': ' if t.rule_release else ''}{t.rule[:300]}")
     return "\n".join(lines)
+
+
+def _transition_line(t: Transition) -> str:
+    when = t.release + (f" (or {', '.join(t.unsure)} before it, where it is not known)" if t.unsure else "")
+    if t.what == WARNING:
+        return (
+            f"{when}: SGLang warns: {t.after}"
+            if t.before == "(none)"
+            else f"{when}: SGLang no longer warns: {t.before}"
+        )
+    if t.what == MODEL_BUILD:
+        return f"{when}: the model class was {t.after}: what it builds, and the intents that depend on it, are unproven"
+    return f"{when}: {t.what}: {t.before} -> {t.after}"

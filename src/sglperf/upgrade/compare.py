@@ -52,7 +52,7 @@ def flag_changes(
     return changes
 
 
-def _warnings(check: VariantCheck) -> dict[str, str]:
+def warnings_of(check: VariantCheck) -> dict[str, str]:
     """Warning lines keyed by their wording: numbers (sizes, ports) vary without meaning a change."""
     if check.resolution is None:
         return {}
@@ -124,7 +124,7 @@ def compare_releases(
             report.fields.append(fields)
         errors = {v.detail for v in new.verdicts if v.status == Status.ERROR}
         report.errors += [f"{new.deployment.key}/{new.variant.id}: {e}" for e in sorted(errors)]
-        old_w, new_w = _warnings(old), _warnings(new)
+        old_w, new_w = warnings_of(old), warnings_of(new)
         if old_w.keys() != new_w.keys():
             report.warnings.append(
                 WarningChange(

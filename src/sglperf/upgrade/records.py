@@ -125,11 +125,20 @@ class Transition:
 
     deployment: str
     variant: str
-    what: str  # "intent prefill_cuda_graph" or a field path
-    release: str  # the first release with the new value
+    what: str  # "intent prefill_cuda_graph", a field path, WARNING or MODEL_BUILD
+    release: str  # the first release seen with the new value
     before: str
     after: str
     rule: str = ""
+    rule_release: str = ""  # the release whose code ``rule`` quotes
+    # Releases just before ``release`` where the value is not known (not resolved, or the model class not
+    # built there): the change may have come in any of them.
+    unsure: tuple[str, ...] = ()
+
+
+# Transition.what of a warning SGLang starts or stops printing, and of a model class that was not built.
+WARNING = "SGLang warning"
+MODEL_BUILD = "model class"
 
 
 @dataclass
