@@ -334,3 +334,35 @@ def test_a_longer_flag_that_starts_like_the_intents_is_not_about_it() -> None:
     assert not is_about(decode, "Setting --disable-cuda-graph-padding because of the attention backend")
     assert not is_about(decode, "disable_cuda_graph_padding = True")
     assert is_about(decode, "--disable-cuda-graph is set: no decode graph")
+
+
+def test_the_checkpoint_switch_without_the_model_class_is_unproven_never_overridden() -> None:
+    """0.5.21 failed to build the model class for a while: the variant asking for the tower to be dropped
+    through the checkpoint's switch read 'you asked for it, but SGLang overrode the request'. Without the
+    model class nothing proves either way."""
+    fields = {"json_model_override_args": '{"language_model_only": true}', "language_model_only": False}
+    v = judge("q", "v", VISION, True, EffectiveArgs(fields, model_error="RuntimeError: no groups"), "0.5.21")
+    assert v.status == Status.UNPROVEN
+    assert "overrode" not in v.detail and "RuntimeError: no groups" in v.detail
+
+
+def test_a_nested_write_is_the_rule_of_the_intent_it_sets() -> None:
+    """0.5.15's rules set cuda_graph_config.prefill.backend itself (a traced nested write): the walk read 'no
+    rule wrote it' where explain named the rule."""
+    nested = Write(
+        "cuda_graph_config.prefill.backend",
+        "disabled",
+        rule="_disable_breakable_cudagraph_if_incompatible",
+        where="server_args.py:3383",
+    )
+    reasons = explain(PREFILL, args("disabled", writes=(nested,)), False)
+    assert reasons == [
+        "SGLang rule _disable_breakable_cudagraph_if_incompatible (server_args.py:3383) set "
+        "cuda_graph_config.prefill.backend = 'disabled' (off)"
+    ]
+
+
+def test_an_info_line_is_never_a_reason() -> None:
+    info = LogLine("INFO", "sglang.srt.server_args", "Piecewise CUDA graph is disabled.")
+    assert explain(PREFILL, args("disabled", logs=(info,)), False) == []
+    assert explain(PREFILL, args("disabled", logs=(WARNING,)), False) == [f"SGLang log [WARNING] {WARNING.message}"]

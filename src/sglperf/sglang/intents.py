@@ -433,6 +433,14 @@ class VisionWeightsSkipped(_Boolean):
                 provable=False,
                 note="the flag is set; only the live tier's weight memory proves the tower was not loaded",
             )
+        if self._override_asks(effective):
+            return Reading(
+                True,
+                f"{self.OVERRIDE_FIELD} sets language_model_only",
+                provable=False,
+                note="the checkpoint's switch is set; only SGLang's model class (built in preflight) or the live "
+                "tier's weight memory proves the tower was not built",
+            )
         if language_only:
             return Reading(
                 True,
