@@ -171,6 +171,11 @@ def test_concerns_flattening_and_what_turns_an_optimisation_off() -> None:
     assert turns_off("x.enable_thing", True, False)
     assert not turns_off("enable_tf32_matmul", None, False)  # automatic resolved to off: nothing was on
     assert not turns_off("disable_x", None, True) and not turns_off("chunked_prefill_size", 1, 2)
+    # 0.5.14+ turn the prefill graph off through its backend: "Turned off by SGLang", not under "graphs".
+    assert turns_off("cuda_graph_config.prefill.backend", "breakable", "disabled")
+    assert not turns_off("cuda_graph_config.prefill.backend", "disabled", "disabled")
+    assert not turns_off("cuda_graph_config.prefill.backend", None, "disabled")
+    assert not turns_off("attention_backend", "fa3", "flashinfer")
 
 
 def test_the_text_leads_with_what_was_turned_off_and_quotes_the_rule() -> None:
@@ -270,3 +275,47 @@ def test_the_probe_takes_the_comment_of_the_statement_or_its_branch_never_a_sibl
         ["if self.page_size is None", "if (is_hip())"],
         "The SHUFFLE 5D layout prefers page_size=64",
     )
+
+
+def test_guards_are_read_from_the_codes_structure(tmp_path: Path) -> None:
+    """An elif's statement never takes the comment above its sibling if; a rule found in a table of named
+    rules says which one it was (0.5.15's prefill graph was turned off 'under `if predicate()`')."""
+    source = tmp_path / "server_args.py"
+    source.write_text(
+        textwrap.dedent(
+            """\
+            class ServerArgs:
+                def _handle_piecewise_cuda_graph(self):
+                    # 8. Multimodal / VLM models
+                    if self.is_multimodal:
+                        self.disable_piecewise_cuda_graph = True
+                    elif self.lora_paths:
+                        self.disable_piecewise_cuda_graph = False
+                    else:
+                        # Nothing asks otherwise
+                        self.disable_piecewise_cuda_graph = None
+
+                def _disable_breakable_cudagraph_if_incompatible(self):
+                    rules = [
+                        ("MLA attention", lambda: self.use_mla_backend()),
+                        ("multimodal model", lambda: self.is_multimodal),
+                    ]
+                    for name, predicate in rules:
+                        if predicate():
+                            self.cuda_graph_config.prefill.backend = "disabled"
+                            return
+            """
+        )
+    )
+    lines = source.read_text().splitlines()
+
+    def at(statement: str) -> int:
+        return next(i for i, ln in enumerate(lines, 1) if statement in ln)
+
+    assert probe._branch_context(str(source), at("= True")) == (["if self.is_multimodal"], "8. Multimodal / VLM models")
+    assert probe._branch_context(str(source), at("= False")) == (["elif self.lora_paths"], "")
+    assert probe._branch_context(str(source), at("= None")) == (["else"], "Nothing asks otherwise")
+    looped = probe._branch_context(
+        str(source), at('backend = "disabled"'), {"name": "multimodal model", "predicate": len}
+    )
+    assert looped == (["name = 'multimodal model'", "if predicate()"], "")

@@ -311,56 +311,108 @@ def _header(filename: str, lineno: int) -> str:
     return " ".join(" ".join(parts).rstrip(":").replace("( ", "(").replace(" )", ")").split())
 
 
-_COMPOUND = ("if ", "if(", "for ", "while ", "with ", "try:")
+_COMPOUND = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try)
 
 
-def _branch_context(filename: str, lineno: int, reach: int = 80) -> tuple[list[str], str]:
-    """The conditions a statement sits under, outermost first, and SGLang's comment for it.
+@functools.lru_cache(maxsize=128)
+def _source_tree(filename: str) -> ast.Module | None:
+    try:
+        return ast.parse("".join(linecache.getlines(filename)), filename)
+    except (SyntaxError, ValueError, RecursionError):
+        return None
 
-    The comment is the block just above the statement or above one of its enclosing if/elif headers
-    (``# 8. Multimodal / VLM models``), or the block that opens an enclosing branch (``elif gpu_mem <
-    60 * 1024:`` then ``# A100 (40GB), L40``, labelling every statement under it). A block above a
-    sibling statement is that statement's, not this one's."""
-    line = linecache.getline(filename, lineno)
-    indent = len(line) - len(line.lstrip())
-    conditions: list[str] = []
+
+def _statements(node: ast.AST) -> list[tuple[str, list[ast.stmt]]]:
+    """A compound statement's blocks by name ("body", "orelse", ...), handlers' bodies included."""
+    blocks = [(name, getattr(node, name)) for name in ("body", "orelse", "finalbody") if getattr(node, name, None)]
+    blocks += [("handler", h.body) for h in getattr(node, "handlers", [])]
+    return blocks
+
+
+def _comment_above(filename: str, lineno: int) -> str:
+    """The comment block just above a line (blank lines allowed, banners such as ``# ----`` saying nothing)."""
     block: list[str] = []
-    comment: str | None = None
-    below = ""  # the code line just below the comment block being read
-    chain = -1  # the depth of the elif/else header last passed through
-    adjacent = True  # nothing but comments between the block being read and the statement or a header of it
-    for ln in range(lineno - 1, max(lineno - reach, 0), -1):
-        text = linecache.getline(filename, ln)
-        stripped = text.strip()
+    for ln in range(lineno - 1, 0, -1):
+        stripped = linecache.getline(filename, ln).strip()
         if not stripped:
             continue
-        depth = len(text) - len(text.lstrip())
-        if stripped.startswith("#"):
-            words = stripped.lstrip("# ").strip()
-            if comment is None and depth <= indent and words.strip("-=*~#"):  # banners (# -----) say nothing
-                block.insert(0, words)
-            continue
-        if stripped[0] in ")]}":
-            continue  # the end of a multi-line header or call: its first line sets the depth
-        header = depth < indent
-        if block and comment is None:
-            # A block opening a branch labels the branch when a compound statement follows it; above a
-            # simple one (``# Constant meta data`` then ``reserved_mem += 512``) it is that line's.
-            if adjacent or (header and below.startswith(_COMPOUND)):
-                comment = " ".join(block)
-            block = []
-        # The ``if`` heading the chain of the elif/else the statement sits in is a sibling's header: a
-        # block above it is about that if's branch.
-        below = "" if depth == chain and stripped.startswith(("if ", "if(")) else stripped
-        if header:
-            chain = depth if stripped.startswith(("elif ", "else:")) else -1
-            if stripped.startswith(("def ", "async def ")):
+        if not stripped.startswith("#"):
+            break
+        words = stripped.lstrip("# ").strip()
+        if words.strip("-=*~#"):
+            block.insert(0, words)
+        elif block:
+            break  # a banner closes the block above the line
+    return " ".join(block)
+
+
+def _is_elif(filename: str, node: ast.stmt) -> bool:
+    return isinstance(node, ast.If) and linecache.getline(filename, node.lineno).lstrip().startswith("elif")
+
+
+def _branch_context(filename: str, lineno: int, loop_values: dict[str, Any] | None = None) -> tuple[list[str], str]:
+    """The conditions a statement sits under, outermost first, and SGLang's comment for it, read from the
+    code's structure (its AST, within the function it is in).
+
+    The comment is the block just above the statement, else the block that opens a branch it sits in (the
+    first lines of that branch, or just above its ``if``/``elif``/``else``), innermost first; a block above a
+    simple statement is that statement's, and a block above an ``if`` is about that branch only, never its
+    ``elif`` siblings'. A ``for`` over a table of named rules (``for name, predicate in rules``) adds the
+    rule the loop was at (``loop_values``: the frame's locals), so ``if predicate()`` says which rule."""
+    tree = _source_tree(filename)
+    if tree is None:
+        return [], ""
+    path: list[tuple[ast.stmt, str]] = []  # (enclosing statement, the block of it the next one sits in)
+    blocks: list[tuple[str, list[ast.stmt]]] = [("body", tree.body)]
+    statement: ast.stmt | None = None
+    while blocks:
+        found = None
+        for name, body in blocks:
+            for node in body:
+                if node.lineno <= lineno <= (node.end_lineno or node.lineno):
+                    found = (name, node)
+                    break
+            if found:
                 break
-            if stripped.startswith(("if ", "if(", "elif ", "else:")):
-                conditions.insert(0, _header(filename, ln))
-            indent = depth
-        adjacent = header
-    return conditions, comment or ""
+        if found is None:
+            break
+        name, statement = found
+        if path:
+            path[-1] = (path[-1][0], name)
+        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            path = []  # the rule is the innermost function: conditions outside it are not its
+        path.append((statement, ""))
+        blocks = _statements(statement)
+    if statement is None:
+        return [], ""
+    path.pop()  # the statement itself
+    conditions: list[str] = []
+    for node, block in path:
+        if isinstance(node, ast.If):
+            if block == "body":
+                conditions.append(_header(filename, node.lineno))
+            elif not (
+                len(node.orelse) == 1 and isinstance(node.orelse[0], ast.If) and _is_elif(filename, node.orelse[0])
+            ):
+                conditions.append("else")
+        elif isinstance(node, (ast.For, ast.AsyncFor)) and loop_values:
+            names = [n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)]
+            conditions += [f"{n} = {loop_values[n]!r}" for n in names if isinstance(loop_values.get(n), str)]
+    comment = _comment_above(filename, statement.lineno)
+    inner = dict(path)  # each enclosing statement -> the block of it the statement sits in
+    for node, block in reversed(path):
+        if comment or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            break
+        body = dict(_statements(node)).get(block) or []
+        first = body[0] if body else None
+        # A block opening a branch labels it when a compound statement follows it (an ``if`` only for its
+        # own body, never for its elif/else siblings); above a simple statement it is that statement's.
+        opens = first is not None and first is not statement and isinstance(first, _COMPOUND)
+        if opens and first is not None and not (isinstance(first, ast.If) and inner.get(first) == "orelse"):
+            comment = _comment_above(filename, first.lineno)
+        if not comment and isinstance(node, ast.If) and block == "body":
+            comment = _comment_above(filename, node.lineno)
+    return conditions, comment
 
 
 def _traced_write(field: str, old: Any, value: Any, frame: Any) -> dict[str, Any]:
@@ -369,7 +421,7 @@ def _traced_write(field: str, old: Any, value: Any, frame: Any) -> dict[str, Any
         changed = not (old is value or bool(old == value))
     except Exception:
         changed = True
-    conditions, comment = _branch_context(code.co_filename, frame.f_lineno)
+    conditions, comment = _branch_context(code.co_filename, frame.f_lineno, frame.f_locals)
     return {
         "field": field,
         "changed": changed,

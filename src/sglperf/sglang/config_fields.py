@@ -63,12 +63,19 @@ def concern_rank(field: str) -> int:
     return CONCERN_NAMES.index(concern_of(field))
 
 
+# What a backend setting holds when SGLang turns that path off (cuda_graph_config.prefill.backend, 0.5.14+).
+BACKEND_OFF = PrefillCudaGraph.BACKEND_OFF
+
+
 def turns_off(field: str, was: Any, value: Any) -> bool:
     """Did ``was`` -> ``value`` switch an optimisation off (``disable_*`` False -> True, ``enable_*`` True ->
-    False)? An automatic value (None) resolved to off is not counted: nothing was on."""
+    False, a ``*backend`` set to 'disabled')? An automatic value (None) resolved to off is not counted:
+    nothing was on."""
     leaf = field.rsplit(".", 1)[-1]
     if leaf.startswith("disable_"):
         return was is False and value is True
+    if leaf.endswith("backend"):
+        return was is not None and was != BACKEND_OFF and value == BACKEND_OFF
     return leaf.startswith("enable_") and was is True and value is False
 
 
