@@ -17,6 +17,7 @@ from sglperf.model.verdict import Status, Verdict
 from sglperf.preflight import check, resolve_variants
 from sglperf.preflight.explain import explain
 from sglperf.sglang.argv import Option, ParserInfo
+from sglperf.sglang.config_fields import ModelScope
 from sglperf.testing.standin_resolver import StandInResolver, StandInRule
 
 from ..support.project import ROOT
@@ -246,3 +247,27 @@ def test_resolve_alone_keeps_a_plan_error_for_explain(deployment: Deployment) ->
     assert typo.plan_error is not None and "--nosuch-flag is not accepted" in typo.plan_error
     (explained,) = explain(deployment, resolver, ["typo"])
     assert explained.error == typo.plan_error
+
+
+def test_explain_leaves_out_settings_that_cannot_act_on_the_model() -> None:
+    """0.5.23 decides a HiCache ratio and a mamba cache share for every model: on a dense model without
+    HiCache they change nothing it uses, and are named once instead of explained."""
+    dense = ModelScope(linear_attention=False, sliding_window=False, hierarchical_cache=False)
+    assert not dense.applies("hicache_ratio") and not dense.applies("mamba_full_memory_ratio")
+    assert not dense.applies("mm_feature_transport") and not dense.applies("swa_full_tokens_ratio")
+    assert dense.applies("chunked_prefill_size") and dense.applies("built_model.vision_tower")
+    assert ModelScope(True, False, True).applies("mamba_full_memory_ratio")
+    assert ModelScope(True, False, True).applies("hicache_ratio")
+
+
+def test_explain_names_out_of_scope_decisions_apart(deployment: Deployment) -> None:
+    parser = ParserInfo("0.5.23", {**PARSER.options, "--hicache-ratio": Option("hicache_ratio")})
+    rules = (
+        *RULES,
+        StandInRule("hicache_ratio", 2.0, name="handle_hicache_ratio_default", where="hicache_hook.py:126"),
+    )
+    (defaults,) = explain(deployment, StandInResolver(parser, rules), ["defaults"])
+    assert "hicache_ratio" not in {d.field for d in defaults.decisions}
+    assert defaults.out_of_scope == ("hicache_ratio",)
+    # What SGLang turned off stays, whatever its scope.
+    assert "disable_piecewise_cuda_graph" in {d.field for d in defaults.decisions}

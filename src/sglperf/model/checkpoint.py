@@ -118,6 +118,24 @@ class CheckpointFacts:
         return max((int(section.get(key) or 0) for section in self._sections for key in MTP_KEYS), default=0)
 
     @property
+    def linear_attention(self) -> bool:
+        """Whether layers keep a recurrent (Mamba or linear-attention) state, as Qwen3.5's GatedDeltaNet layers
+        do: SGLang's mamba cache settings act only on such models."""
+        return any(
+            any("linear" in str(kind) or "mamba" in str(kind) for kind in section.get("layer_types") or ())
+            or any(key.startswith(("mamba_", "ssm_", "linear_num_")) for key in section)
+            for section in self._sections
+        )
+
+    @property
+    def sliding_window(self) -> bool:
+        """Whether some layers attend within a sliding window: SGLang's SWA pool settings act only there."""
+        return any(
+            section.get("sliding_window") or any("sliding" in str(kind) for kind in section.get("layer_types") or ())
+            for section in self._sections
+        )
+
+    @property
     def tied_embeddings(self) -> bool:
         """Whether the input embedding is the LM head's matrix (the text section's word, else the top's)."""
         text = self._text_config or {}

@@ -40,3 +40,6 @@ class Explanation:
     decisions: tuple[Decision, ...]
     error: str | None = None  # the flags could not be planned, or SGLang refused them
     comparison: VariantComparison | None = None
+    # Decisions (and differences) on settings that cannot act on this model or its text traffic (a mamba
+    # cache on a dense model, HiCache when it is off): named, not explained.
+    out_of_scope: tuple[str, ...] = ()

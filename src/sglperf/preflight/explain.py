@@ -23,6 +23,7 @@ from sglperf.model.resolution import FieldChange
 from sglperf.preflight.resolve import PREFLIGHT_FLAGS, ResolvedVariant, Resolves, config_digest, resolve_variants
 from sglperf.preflight.resolver import PreflightError
 from sglperf.sglang.argv import ParsedArgv, ParserInfo
+from sglperf.sglang.config_fields import ModelScope
 
 
 def _failure(c: ResolvedVariant) -> str | None:
@@ -104,15 +105,18 @@ def explain(
             if reference_failure is not None:
                 raise PreflightError(f"{deployment.key}: cannot compare with {against}: {reference_failure}")
             comparison = _compare(deployment, resolver, parser, reference, c)
+        scope = ModelScope.of(deployment.hf_config(), c.resolution.effective or {})
+        decided = decisions(c.resolution, parser)
+        # A setting that cannot act here is left out, unless SGLang turned something off through it.
+        kept = tuple(d for d in decided if d.turns_off or scope.applies(d.field))
+        left_out = {d.field for d in decided if d not in kept}
+        if comparison is not None:
+            left_out |= {ch.field for ch in comparison.changes if not scope.applies(ch.field)}
+            changes = tuple(ch for ch in comparison.changes if scope.applies(ch.field))
+            comparison = dataclasses.replace(comparison, changes=changes)
         found.append(
             Explanation(
-                deployment.key,
-                variant_id,
-                parser.version,
-                argv,
-                tuple(decisions(c.resolution, parser)),
-                None,
-                comparison,
+                deployment.key, variant_id, parser.version, argv, kept, None, comparison, tuple(sorted(left_out))
             )
         )
     return found

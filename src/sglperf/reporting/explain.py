@@ -78,6 +78,10 @@ def render(explanations: Sequence[Explanation]) -> str:
                 out.append(f"What each flag {e.variant} adds changes (resolved again without it):")
                 for effect in cmp.flags:
                     out += _flag(effect)
+        if e.out_of_scope:
+            out.append(
+                f"Left out, settings that cannot act on this model or its text traffic: {', '.join(e.out_of_scope)}"
+            )
         out.append("")
     return "\n".join(out).rstrip() + "\n"
 

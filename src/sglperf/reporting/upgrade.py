@@ -39,6 +39,10 @@ def _field_lines(fc: FieldChanges, old: str, new: str) -> list[str]:
         lines += [f"        {v}: {w.describe()}" for v, w in sides if w is not None]
     if fc.one_sided:
         lines.append(f"    and {fc.one_sided} field(s) only one release has, at their defaults (counted, not listed)")
+    if fc.out_of_scope:
+        lines.append(
+            f"    and settings that cannot act on this model or its text traffic: {', '.join(fc.out_of_scope)}"
+        )
     return lines
 
 

@@ -14,8 +14,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sglperf.model.checkpoint import CheckpointFacts
 from sglperf.sglang.intents import DecodeCudaGraph, PrefillCudaGraph
 from sglperf.sglang.server_api import IDENTITY_FIELDS
+
+HIERARCHICAL_CACHE_FIELD = "enable_hierarchical_cache"  # HiCache: the KV cache spilled to host memory
 
 
 @dataclass(frozen=True)
@@ -114,3 +117,35 @@ SAME_SETTING = (
 def newest_names(flat: Mapping[str, Any]) -> dict[str, str]:
     """Fields of ``flat`` under an older name of a setting whose newest name it lacks: old -> newest."""
     return {old: group[0] for group in SAME_SETTING if group[0] not in flat for old in group[1:] if old in flat}
+
+
+# Settings that act only on some models or traffic: a field whose name matches acts only when the scope's
+# fact holds (sglperf's workloads send text, so settings of image, video and audio inputs never act).
+_SCOPED = (
+    (re.compile(r"mamba"), "linear_attention"),
+    (re.compile(r"hicache|hierarchical_cache"), "hierarchical_cache"),
+    (re.compile(r"(^|[._])swa_"), "sliding_window"),
+    (re.compile(r"(^|[._])(mm|image|video|audio)_|multimodal"), "multimodal_inputs"),
+)
+
+
+@dataclass(frozen=True)
+class ModelScope:
+    """What of SGLang's settings can act on one deployment: its model's layers and the cache it runs."""
+
+    linear_attention: bool
+    sliding_window: bool
+    hierarchical_cache: bool
+    multimodal_inputs: bool = False
+
+    @classmethod
+    def of(cls, hf_config: Mapping[str, Any], *effective: Mapping[str, Any]) -> ModelScope:
+        facts = CheckpointFacts(hf_config)
+        hierarchical = any(bool(e.get(HIERARCHICAL_CACHE_FIELD)) for e in effective)
+        return cls(facts.linear_attention, facts.sliding_window, hierarchical)
+
+    def applies(self, path: str) -> bool:
+        """Whether the setting ``path`` can change anything here (what the model class builds always can)."""
+        if path.startswith("built_model."):
+            return True
+        return all(getattr(self, fact) for pattern, fact in _SCOPED if pattern.search(path))

@@ -10,7 +10,7 @@ from sglperf.model.resolution import FieldChange
 from sglperf.model.verdict import Status
 from sglperf.preflight import VariantCheck
 from sglperf.sglang.argv import ParsedArgv, ParserInfo
-from sglperf.sglang.config_fields import OTHER
+from sglperf.sglang.config_fields import OTHER, ModelScope
 from sglperf.sglang.deprecations import DeprecationLedger, replacement
 from sglperf.upgrade.records import FieldChanges, FlagChange, IntentChange, UpgradeReport, WarningChange
 
@@ -73,16 +73,20 @@ def _field_changes(
     if before is None or after is None or before.effective is None or after.effective is None:
         return None
     decided = {d.field for d in decisions(before, old_parser)} | {d.field for d in decisions(after, new_parser)}
+    scope = ModelScope.of(old.deployment.hf_config(), before.effective, after.effective)
     kept: list[FieldChange] = []
-    one_sided = 0
+    one_sided, out_of_scope = 0, []
     for change in field_changes(config_and_model(before), config_and_model(after), before.writes, after.writes):
         if change.concern == OTHER:
+            continue
+        if not scope.applies(change.field):
+            out_of_scope.append(change.field)
             continue
         if (change.absent_before or change.absent_after) and change.field not in decided:
             one_sided += 1
             continue
         kept.append(change)
-    return FieldChanges(old.deployment.key, old.variant.id, tuple(kept), one_sided)
+    return FieldChanges(old.deployment.key, old.variant.id, tuple(kept), one_sided, tuple(out_of_scope))
 
 
 def compare_releases(
@@ -120,7 +124,7 @@ def compare_releases(
                 )
             )
         fields = _field_changes(old, new, old_parser, new_parser)
-        if fields is not None and (fields.changes or fields.one_sided):
+        if fields is not None and (fields.changes or fields.one_sided or fields.out_of_scope):
             report.fields.append(fields)
         errors = {v.detail for v in new.verdicts if v.status == Status.ERROR}
         report.errors += [f"{new.deployment.key}/{new.variant.id}: {e}" for e in sorted(errors)]

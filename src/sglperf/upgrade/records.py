@@ -71,6 +71,9 @@ class FieldChanges:
     # Fields only one release has that no rule of it set (new or retired options left at their default):
     # counted, not listed.
     one_sided: int = 0
+    # Settings that cannot act on this model or traffic (a mamba cache on a dense model, HiCache when it is
+    # off, multimodal inputs on a text path): named, not listed with the changes.
+    out_of_scope: tuple[str, ...] = ()
 
 
 @dataclass
