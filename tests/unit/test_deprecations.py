@@ -128,3 +128,24 @@ def test_a_replacement_is_taken_only_with_a_value_the_option_allows() -> None:
     assert accepts_spelling(parser, "--b=x") and accepts_spelling(parser, "--b y") and accepts_spelling(parser, "--b")
     assert not accepts_spelling(parser, "--b=z") and not accepts_spelling(parser, "--d")
     assert accepts_spelling(parser, "--c <anything>")  # no fixed set of values: the words stand
+
+
+def test_a_removed_flag_that_prefixes_its_successors_is_named_by_the_ledger_not_called_ambiguous() -> None:
+    """0.5.23 refused --cuda-graph-max-bs as 'ambiguous (could be --cuda-graph-max-bs-decode,
+    --cuda-graph-max-bs-prefill)' though 0.5.14-0.5.19 said it became --cuda-graph-max-bs-decode."""
+    release = _parser(
+        "0.5.23", **{"--cuda-graph-max-bs-decode": Option(dest="d"), "--cuda-graph-max-bs-prefill": Option(dest="p")}
+    )
+    with pytest.raises(FlagError) as raised:
+        check_flags(["--cuda-graph-max-bs", "64"], release, "v")
+    message = str(raised.value)
+    assert message.startswith(
+        "v: --cuda-graph-max-bs is not accepted by SGLang 0.5.23 (removed); replacement: --cuda-graph-max-bs-decode ("
+    )
+    assert message.endswith(
+        "as written, SGLang reads it as an ambiguous abbreviation of --cuda-graph-max-bs-decode, "
+        "--cuda-graph-max-bs-prefill"
+    )
+    # A prefix no release ever deprecated is what argparse says it is.
+    with pytest.raises(FlagError, match=r"--cuda-graph-max is ambiguous in SGLang 0.5.23 \(could be"):
+        check_flags(["--cuda-graph-max", "64"], release, "v")

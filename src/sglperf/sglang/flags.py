@@ -76,13 +76,18 @@ def check_flags(argv: list[str], parser: ParserInfo, where: str, architectures: 
 
 
 def _unknown_flag_message(flag: str, parser: ParserInfo, where: str, architectures: tuple[str, ...]) -> str:
+    instead = replacement(flag, parser, architectures=architectures)
     ambiguous = parser.abbreviates(flag)
+    if instead is not None and instead.from_releases:
+        # A removed flag that is a prefix of its successors (--cuda-graph-max-bs on 0.5.20+): what it became
+        # comes first; argparse's own reading of it is the lesser news.
+        said = instead.describe()
+        also = f"; as written, SGLang reads it as an ambiguous abbreviation of {', '.join(sorted(ambiguous))}"
+        return f"{where}: {flag} is not accepted by SGLang {parser.version} (removed); replacement: {said}" + (
+            also if ambiguous else ""
+        )
     if ambiguous:
         return f"{where}: {flag} is ambiguous in SGLang {parser.version} (could be {', '.join(sorted(ambiguous))})"
-    instead = replacement(flag, parser, architectures=architectures)
-    if instead is not None and instead.from_releases:
-        said = instead.describe()
-        return f"{where}: {flag} is not accepted by SGLang {parser.version} (removed); replacement: {said}"
     if instead is not None:
         return (
             f"{where}: {flag} is not accepted by SGLang {parser.version} (removed or renamed); "
