@@ -5,6 +5,7 @@ comparisons, with SGLang's resolution replaced by rules written here (real relea
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -271,3 +272,16 @@ def test_explain_names_out_of_scope_decisions_apart(deployment: Deployment) -> N
     assert defaults.out_of_scope == ("hicache_ratio",)
     # What SGLang turned off stays, whatever its scope.
     assert "disable_piecewise_cuda_graph" in {d.field for d in defaults.decisions}
+
+
+def test_advice_quotes_sglangs_own_reason_instead_of_contradicting_it(deployment: Deployment) -> None:
+    """Where SGLang warns why it turned the prefill graph off, the failure quotes that reason before the
+    request that would override it, never a bare 'ask for it'."""
+    said = "Breakable CUDA graph is incompatible with multimodal model; disabling prefill CUDA graph."
+    warned = (replace(RULES[0], warning=said), *RULES[1:])
+    verdict = _verdicts(deployment, StandInResolver(PARSER, warned))[("defaults", "prefill_cuda_graph")]
+    assert verdict.status == Status.FAIL
+    assert f'SGLang says why: "{said}"; to override its reason anyway: request = {{ prefill_cuda_graph = true }}' in (
+        verdict.detail
+    )
+    assert "ask for it" not in verdict.detail

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sglperf.judge import coverage
-from sglperf.judge.intent import explain, judge, judge_error, not_applicable
+from sglperf.judge.intent import REASON_LEVELS, explain, is_about, judge, judge_error, not_applicable
 from sglperf.model.deployment import Deployment, Variant
 from sglperf.model.graph_coverage import graph_needs
 from sglperf.model.intent_names import DECODE_CUDA_GRAPH, PREFILL_CUDA_GRAPH
@@ -77,7 +77,7 @@ def judge_variant(resolved: ResolvedVariant, parser: ParserInfo) -> VariantCheck
             parser.version,
             error=resolution.error,
             requested=name in variant.request,
-            hint=_hint(intent.name, expected, parser, architectures),
+            hint=_hint(intent.name, expected, parser, architectures, _sglang_says(intent, resolution)),
             conflict=_own_flag_conflict(intent, expected, deployment, variant, parser),
             warnings=launch.warnings,
             caveats=caveats,
@@ -196,13 +196,29 @@ def _own_flag_conflict(
     return ""
 
 
-def _hint(intent_name: str, expected: Any, parser: ParserInfo, architectures: tuple[str, ...]) -> str:
-    """How to ask for an intent on this release, for failure messages."""
-    if isinstance(expected, bool):
-        try:
-            argv = INTENTS[intent_name].flags(expected, parser, architectures)
-        except IntentNotExpressible:
-            return ""
-        spelled = f" (on SGLang {parser.version} that adds {' '.join(argv)})" if argv else ""
-        return f"ask for it: request = {{ {intent_name} = {str(expected).lower()} }} in the variant{spelled}"
-    return ""
+def _hint(
+    intent_name: str, expected: Any, parser: ParserInfo, architectures: tuple[str, ...], sglang_says: str = ""
+) -> str:
+    """How to ask for an intent on this release, for failure messages. Where SGLang states why it decided
+    otherwise (a warning about the intent), its words come first: advice never contradicts them unsaid."""
+    if not isinstance(expected, bool):
+        return ""
+    try:
+        argv = INTENTS[intent_name].flags(expected, parser, architectures)
+    except IntentNotExpressible:
+        return ""
+    spelled = f" (on SGLang {parser.version} that adds {' '.join(argv)})" if argv else ""
+    request = f"request = {{ {intent_name} = {str(expected).lower()} }} in the variant{spelled}"
+    if sglang_says:
+        return f'SGLang says why: "{sglang_says}"; to override its reason anyway: {request}'
+    return f"ask for it: {request}"
+
+
+def _sglang_says(intent: Intent, resolution: Resolution) -> str:
+    """SGLang's own warning about the intent, the first, as it printed it."""
+    said = [
+        line.message.strip()
+        for line in resolution.logs
+        if line.level in REASON_LEVELS and is_about(intent, line.message)
+    ]
+    return said[0][:240] if said else ""
