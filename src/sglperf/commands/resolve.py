@@ -15,6 +15,7 @@ from sglperf.model.explanation import Explanation
 from sglperf.model.progress import Progress, silent
 from sglperf.model.verdict import Verdict
 from sglperf.preflight.explain import explain
+from sglperf.preflight.resolver import WorkerPool
 from sglperf.sglang import cpu_envs, envs
 from sglperf.sglang.argv import ParserInfo
 
@@ -32,10 +33,16 @@ def deployments(paths: Sequence[str], variants: Sequence[str] | None = None) -> 
     return found
 
 
-def _resolver(deployment: Deployment, python: str, progress: Progress) -> preflight.Resolver:
-    """The resolver for a deployment's runner (a CPU runner: its release's CPU environment)."""
+def _resolver(
+    deployment: Deployment, python: str, progress: Progress, pool: WorkerPool | None = None
+) -> preflight.Resolver:
+    """The resolver for a deployment's runner (a CPU runner: its release's CPU environment); with ``pool``,
+    its SGLang import shared with the other deployments of the same interpreter and GPU model."""
     return preflight.Resolver(
-        cpu_envs.python_for_runner(python, deployment.runner, progress), deployment.runner, progress=progress
+        cpu_envs.python_for_runner(python, deployment.runner, progress),
+        deployment.runner,
+        progress=progress,
+        pool=pool,
     )
 
 
@@ -59,16 +66,15 @@ def check_release(
     environment)."""
     checks: list[preflight.VariantCheck] = []
     version, parser = "", None
-    for deployment in found:
-        resolver = preflight.Resolver(
-            cpu_envs.python_for_runner(python, deployment.runner, progress), deployment.runner, progress=progress
-        )
-        try:
+    pool = WorkerPool()  # one SGLang import for the deployments of a GPU model, not one each
+    try:
+        for deployment in found:
+            resolver = _resolver(deployment, python, progress, pool)
             release = resolver.release()
             version, parser = release.version, release.parser
             checks += preflight.check(deployment, resolver, variants)
-        finally:
-            resolver.close()
+    finally:
+        pool.close()
     if parser is None:
         raise UsageError("no deployment to check")
     return ReleaseChecks(version, parser, tuple(checks))
@@ -84,17 +90,15 @@ def explain_variants(
     """Every decision SGLang makes for each selected variant; with ``against``, what each differs from that
     variant of the same deployment by, flag by flag."""
     explanations: list[Explanation] = []
-    for deployment in found:
-        ids = [v.id for v in deployment.variants if not variants or v.id in variants]
-        if (against and against not in {v.id for v in deployment.variants}) or not ids:
-            continue  # --against names another deployment's variant, or none of this one's is asked for
-        resolver = preflight.Resolver(
-            cpu_envs.python_for_runner(python, deployment.runner, progress), deployment.runner, progress=progress
-        )
-        try:
-            explanations += explain(deployment, resolver, ids, against)
-        finally:
-            resolver.close()
+    pool = WorkerPool()
+    try:
+        for deployment in found:
+            ids = [v.id for v in deployment.variants if not variants or v.id in variants]
+            if (against and against not in {v.id for v in deployment.variants}) or not ids:
+                continue  # --against names another deployment's variant, or none of this one's is asked for
+            explanations += explain(deployment, _resolver(deployment, python, progress, pool), ids, against)
+    finally:
+        pool.close()
     if not explanations:
         raise UsageError(f"--against {against}: no deployment given has both it and the variants asked for")
     return explanations

@@ -165,6 +165,30 @@ def _simulate_gpus(profile: dict[str, Any]) -> None:
     os.environ["PATH"] = _fake_nvidia_smi(profile) + os.pathsep + os.environ.get("PATH", "")
 
 
+def _switch_profile(profile: dict[str, Any], clean: _CleanState) -> None:
+    """Another runner of the same GPU model (sglperf's WorkerPool keeps other models apart): its GPU count and
+    memory simulated, SGLang's cached answers about the GPUs dropped, and the environment it leaves between
+    jobs now this runner's."""
+    if profile.get("device", "cuda") != "cpu":
+        _simulate_gpus(profile)
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("sglang") or module is None:
+            continue
+        try:
+            values = list(vars(module).values())
+        except TypeError:
+            continue
+        for value in values:
+            try:  # a module's values may be anything: placeholders of missing packages raise on any attribute
+                clear = getattr(value, "cache_clear", None)
+                ours = str(getattr(value, "__module__", "")).startswith("sglang")
+            except Exception:
+                continue
+            if callable(clear) and ours:
+                clear()
+    clean.environ = dict(os.environ)
+
+
 def _jsonable(value: Any, depth: int = 0) -> Any:
     if depth > 12:
         return repr(value)
@@ -1384,9 +1408,13 @@ def main() -> int:
     clean = _CleanState()
     builder = _ModelBuilder(ready.get("stubbed_modules", []))
     warmed = False
+    profile = hello["profile"]
     for line in sys.stdin:
         if line.strip():
             job = json.loads(line)
+            if job.get("profile", profile) != profile:
+                profile = job["profile"]
+                _switch_profile(profile, clean)
             if not warmed:
                 # The first resolution imports what SGLang imports lazily, and import-time log lines
                 # would be the first variant's alone: resolve it once unanswered, from a clean state.

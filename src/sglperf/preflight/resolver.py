@@ -255,11 +255,55 @@ class _Worker:
             pass
 
 
+class WorkerPool:
+    """Probe workers shared by the resolvers of one command: one SGLang import per interpreter and GPU model,
+    however many deployments ask it (each job carries its runner's profile, and the worker simulates that).
+
+    Runners of another GPU model (name, compute capability) or another device get a worker of their own:
+    SGLang computes some settings from the GPU while it is imported (whether DeepGEMM's JIT is on, from the
+    compute capability), and those would carry over from the first runner to the next."""
+
+    def __init__(self) -> None:
+        self._workers: dict[tuple[Any, ...], _Worker] = {}
+
+    @staticmethod
+    def _key(python: str, profile: RunnerProfile, never_import: Sequence[str]) -> tuple[Any, ...]:
+        return (
+            os.path.realpath(python),
+            profile.device,
+            profile.gpu_name,
+            profile.compute_capability,
+            tuple(never_import),
+        )
+
+    def worker(self, python: str, profile: RunnerProfile, never_import: Sequence[str]) -> tuple[_Worker, bool]:
+        """The worker for this interpreter and runner, and whether it was started now."""
+        key = self._key(python, profile, never_import)
+        known = self._workers.get(key)
+        if known is not None and known.proc.poll() is None:
+            return known, False
+        self._workers[key] = _Worker(python, profile, never_import)
+        return self._workers[key], True
+
+    def close(self) -> None:
+        for worker in self._workers.values():
+            worker.close()
+        self._workers.clear()
+
+
 class Resolver:
     """Resolves argv lists with one SGLang installation under one simulated runner profile."""
 
-    def __init__(self, python: str, profile: RunnerProfile, cache_dir: Path | None = None, progress: Progress = silent):
+    def __init__(
+        self,
+        python: str,
+        profile: RunnerProfile,
+        cache_dir: Path | None = None,
+        progress: Progress = silent,
+        pool: WorkerPool | None = None,
+    ):
         self.python = python
+        self._pool = pool
         self.profile = profile
         self.version, installed_at = installed_sglang(python)
         self.cache_dir = (
@@ -330,7 +374,16 @@ class Resolver:
 
     def _ensure_worker(self) -> _Worker:
         if self._worker is None:
-            worker = _Worker(self.python, self.profile, self._never_import)
+            runner = self.profile.gpu_name if self.profile.device == "cuda" else "a CPU runner"
+            if self._pool is not None:
+                worker, started = self._pool.worker(self.python, self.profile, self._never_import)
+                if not started:
+                    self._worker = worker
+                    return worker
+                self._progress(f"importing SGLang {self.version} for {runner} (shared by its deployments)")
+            else:
+                self._progress(f"importing SGLang {self.version} for {runner}")
+                worker = _Worker(self.python, self.profile, self._never_import)
             kept_out = worker.hello.get("kept_from_import") or []
             if kept_out:
                 say_once(
@@ -403,7 +456,13 @@ class Resolver:
                     found = self._cached_resolution(keys[i], argv, env)
                     if found is None:
                         raw = self._ensure_worker().ask(
-                            {"id": i, "argv": list(argv), "env": env, "build_model": True},
+                            {
+                                "id": i,
+                                "argv": list(argv),
+                                "env": env,
+                                "build_model": True,
+                                "profile": self.profile.as_probe_profile(),
+                            },
                             JOB_TIMEOUT_S,
                             f"resolving {' '.join(argv)}",
                         )
@@ -419,6 +478,7 @@ class Resolver:
         return FileLock(str(self.cache_dir / f"{key}.lock"))
 
     def close(self) -> None:
-        if self._worker is not None:
+        """End this resolver's worker; a pooled one is the pool's to end."""
+        if self._worker is not None and self._pool is None:
             self._worker.close()
-            self._worker = None
+        self._worker = None
