@@ -7,7 +7,8 @@ the files it alters (`python -m tests.support.golden --write NAME...`) in the sa
 shows exactly which lines moved.
 
 The inputs: the shipped qwen36 deployment and golden/deployments/ (a tiny dense model on one 24 GB GPU:
-graph coverage at c32, raw and abbreviated flags) under real SGLang releases, and two emulator runs'
+graph coverage at c32, raw and abbreviated flags; DeepSeek-V2-Lite, an MLA and MoE model, on one H100) under
+real SGLang releases, and two emulator runs'
 results folders (golden/runs/: a baseline recorded, then compared with a planted slowdown) for report.md
 and `sglperf compare`.
 """
@@ -29,6 +30,7 @@ RUNS = GOLDEN / "runs"
 DEPLOYMENTS = GOLDEN / "deployments"
 QWEN36 = "deployments/qwen36.toml"
 TINY = "tests/data/golden/deployments/tiny-4090.toml"
+MLA = "tests/data/golden/deployments/mla-h100.toml"
 SGLPERF = str(Path(sys.executable).with_name("sglperf"))
 
 
@@ -49,7 +51,7 @@ def _both(name: str, args: tuple[str, ...], releases: tuple[str, ...], long: boo
 
 
 CASES: tuple[Case, ...] = (
-    *_both("preflight-0.5.23", ("preflight", QWEN36, TINY, "--sglang-version", "0.5.23"), ("0.5.23",)),
+    *_both("preflight-0.5.23", ("preflight", QWEN36, TINY, MLA, "--sglang-version", "0.5.23"), ("0.5.23",)),
     *_both("preflight-0.5.13", ("preflight", QWEN36, TINY, "--sglang-version", "0.5.13"), ("0.5.13",)),
     *_both("explain-qwen36-0.5.23", ("explain", QWEN36, "--sglang-version", "0.5.23"), ("0.5.23",)),
     *_both(
@@ -75,6 +77,12 @@ CASES: tuple[Case, ...] = (
     *_both(
         "upgrade-walk-0.5.13-0.5.23",
         ("upgrade-check", QWEN36, "--from", "0.5.13", "--to", "0.5.23", "--walk"),
+        ("0.5.13", "0.5.23"),
+        long=True,
+    ),
+    *_both(
+        "upgrade-walk-mla-0.5.13-0.5.23",
+        ("upgrade-check", MLA, "--from", "0.5.13", "--to", "0.5.23", "--walk"),
         ("0.5.13", "0.5.23"),
         long=True,
     ),

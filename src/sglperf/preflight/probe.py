@@ -47,9 +47,10 @@ from typing import Any
 # sgl_kernel). flashinfer is stubbed because SGLang picks its default attention backend by whether
 # flashinfer is importable, as it is on every GPU runner; deep_gemm, installed with SGLang on every CUDA
 # runner, because 0.5.20+ import it unguarded in MLA attention (without it SGLang's registry drops its
-# DeepSeek class and the build falls back to a Transformers class that cannot shard MLA). Stub nothing
+# DeepSeek class and the build falls back to a Transformers class that cannot shard MLA); cutlass (the
+# CUTLASS DSL, also on every CUDA runner), which 0.5.15 imports unguarded in the same MLA path. Stub nothing
 # else: transformers probes optional packages such as flash_attn by spec and breaks on a stub.
-GPU_ONLY_MODULES = ("sgl_kernel", "flashinfer", "deep_gemm")
+GPU_ONLY_MODULES = ("sgl_kernel", "flashinfer", "deep_gemm", "cutlass")
 
 
 def _stub_gpu_only_modules(never_import: list[str]) -> tuple[list[str], list[str]]:

@@ -117,6 +117,8 @@ def _transition_line(t: Transition) -> str:
             if t.before == "(none)"
             else f"{when}: SGLang no longer warns: {t.before}"
         )
+    if t.what == MODEL_BUILD and t.after == "built":
+        return f"{when}: the model class is built again"
     if t.what == MODEL_BUILD:
         return f"{when}: the model class was {t.after}: what it builds, and the intents that depend on it, are unproven"
     return f"{when}: {t.what}: {t.before} -> {t.after}"

@@ -79,11 +79,11 @@ def _field_changes(
     for change in field_changes(config_and_model(before), config_and_model(after), before.writes, after.writes):
         if change.concern == OTHER:
             continue
-        if not scope.applies(change.field):
-            out_of_scope.append(change.field)
-            continue
         if (change.absent_before or change.absent_after) and change.field not in decided:
             one_sided += 1
+            continue
+        if not scope.applies(change.field):
+            out_of_scope.append(change.field)
             continue
         kept.append(change)
     return FieldChanges(old.deployment.key, old.variant.id, tuple(kept), one_sided, tuple(out_of_scope))

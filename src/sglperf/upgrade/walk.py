@@ -105,6 +105,8 @@ class _VariantWalk:
             return
         if resolution.model is None:
             return  # not asked to build it: nothing known of it either way
+        if self.unbuilt:
+            self._add(MODEL_BUILD, version, "not built", "built", "", "")
         if self.model is not None:
             self._model(self.model, version, check)
         self.model, self.unbuilt = _Known(version, check), False
