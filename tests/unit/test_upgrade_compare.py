@@ -518,3 +518,25 @@ def test_the_walk_never_credits_a_change_to_the_release_after_a_gap_alone(deploy
     )
     assert "    0.5.16: the model class was not built on the meta device: RuntimeError: no groups: " in text
     assert "    0.5.17: the model class is built again" in text
+
+
+def test_a_chain_ends_accepted_only_with_a_value_the_target_takes(deployment: Deployment) -> None:
+    """0.5.14-0.5.19 named --cuda-graph-backend-prefill=tc_piecewise for --enforce-piecewise-cuda-graph; 0.5.23
+    has the flag but refuses the value: the chain does not end at something 0.5.23 accepts."""
+    said = Option(
+        "enforce_piecewise_cuda_graph", deprecated=True, replacement="--cuda-graph-backend-prefill=tc_piecewise"
+    )
+    middle = ParserInfo("0.5.19", {**OLD_PARSER.options, "--enforce-piecewise-cuda-graph": said})
+    steps = [
+        upgrade.ReleaseStep(OLD, OLD_PARSER, ()),
+        upgrade.ReleaseStep("0.5.19", middle, ()),
+        upgrade.ReleaseStep(NEW, NEW_PARSER, ()),
+    ]
+    report = upgrade.UpgradeReport(
+        OLD, NEW, flags=[upgrade.FlagChange("--enforce-piecewise-cuda-graph", "removed", (), None)]
+    )
+    walk = upgrade.walk_releases(steps, report)
+    assert [link.replacement for link in walk.chains["--enforce-piecewise-cuda-graph"]] == [
+        "--cuda-graph-backend-prefill=tc_piecewise"
+    ]
+    assert walk.chain_ends_accepted == {"--enforce-piecewise-cuda-graph": False}

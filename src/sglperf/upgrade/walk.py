@@ -11,7 +11,7 @@ from sglperf.judge.intent import explain as explain_intent
 from sglperf.model.resolution import FieldChange
 from sglperf.model.verdict import Status
 from sglperf.preflight import VariantCheck
-from sglperf.sglang.deprecations import DeprecationLedger, flag_of
+from sglperf.sglang.deprecations import DeprecationLedger, accepts_spelling
 from sglperf.sglang.intents import INTENTS
 from sglperf.upgrade.compare import warnings_of
 from sglperf.upgrade.records import MODEL_BUILD, WARNING, ReleaseStep, Transition, UpgradeReport, WalkReport
@@ -161,8 +161,9 @@ def walk_releases(steps: Sequence[ReleaseStep], report: UpgradeReport) -> WalkRe
     variants: dict[tuple[str, str], _VariantWalk] = {}
     for step in steps:
         seen = {(c.deployment.key, c.variant.id): c for c in step.checks} if step.error is None else {}
-        for key in seen.keys() - variants.keys():
-            variants[key] = _VariantWalk(key, watched.get(key, set()))
+        for key in seen:  # in the order the release checked them: the record's order never depends on a set's
+            if key not in variants:
+                variants[key] = _VariantWalk(key, watched.get(key, set()))
         for key, variant in variants.items():
             if key in seen:
                 variant.step(step.version, seen[key])
@@ -176,6 +177,8 @@ def walk_releases(steps: Sequence[ReleaseStep], report: UpgradeReport) -> WalkRe
         links = said.chain(flag_change.flag) if flag_change.change in ("removed", "renamed") else ()
         if links:
             walk.chains[flag_change.flag] = list(links)
-            end = flag_of(links[-1].replacement)
-            walk.chain_ends_accepted[flag_change.flag] = target is not None and target.canonical(end) is not None
+            # Its value too: 0.5.22 takes --cuda-graph-backend-prefill, but not =tc_piecewise.
+            walk.chain_ends_accepted[flag_change.flag] = target is not None and accepts_spelling(
+                target, links[-1].replacement
+            )
     return walk
