@@ -9,9 +9,10 @@ Each fact is read when asked for, from the parsed config, so a key sglperf canno
 caller that needs it: a config whose parameters cannot be counted still names its architectures.
 
 Parameter counts follow HF transformers (``modeling_qwen3_5.py``, ``modeling_qwen3_next.py``,
-``modeling_qwen3_vl.py``) and SGLang's ``qwen3_5_mtp.py``. A `ModelSize` says where its numbers came from:
-config.json is the only source today; SGLang's own model class, built on the meta device, sizes any
-architecture and would be the next.
+``modeling_qwen3_vl.py``) and SGLang's ``qwen3_5_mtp.py``, for those families only. What one GPU of a
+server holds, `GpuWeights`, comes from the better of two sources (`gpu_weights`): the model class the
+release itself builds for the variant on the meta device (preflight's `ModelFacts`: any architecture
+SGLang serves, exact per tensor-parallel rank), else config.json counted here, saying why.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from sglperf.model.files import GIB
+from sglperf.model.resolution import ModelFacts
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4}
 MOE_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
@@ -32,8 +34,9 @@ MTP_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers")
 # Llava-style configs: vision_tower, mm_vision_tower; Qwen-VL 1: visual).
 VISION_CONFIG_KEYS = ("vision_config", "vision_tower", "mm_vision_tower", "visual")
 SUPPORTED = "Qwen3.5/3.6 (model_type 'qwen3_5') or a Llama/Qwen2/Qwen3-style dense text config"
-# Where a model's sizes came from.
-SizeSource = Literal["config.json"]
+# Where a model's sizes came from: counted from config.json here, or the model class the SGLang release
+# builds for the variant on the meta device (preflight's ModelFacts).
+SizeSource = Literal["config.json", "model build"]
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,69 @@ class ModelSize:
             sharded = self.mtp_params - self.mtp_replicated_params
             params += sharded / tp + self.mtp_replicated_params
         return params * self.dtype_bytes / GIB
+
+    def per_gpu(self, tp: int, why: str) -> GpuWeights:
+        """One GPU's share at ``tp``, every part sharded (`weight_gib_per_gpu`'s estimate); ``why``: why
+        config.json counted it and not a model build."""
+        if tp < 1:
+            raise ValueError(f"tp must be >= 1, got {tp}")
+        sharded = self.mtp_params - self.mtp_replicated_params
+        return GpuWeights(
+            tp=tp,
+            text_bytes=round(self.text_params * self.dtype_bytes / tp),
+            vision_bytes=round(self.vision_params * self.dtype_bytes / tp),
+            vision_built=None,
+            draft_bytes=round((sharded / tp + self.mtp_replicated_params) * self.dtype_bytes),
+            source="config.json",
+            detail=f"counted from config.json ({why})" if why else "counted from config.json",
+        )
+
+
+@dataclass(frozen=True)
+class GpuWeights:
+    """The weight bytes one GPU of a server holds at one tensor-parallel size, by part, and their source.
+
+    SGLang's own figure for a server (``memory_usage.weight``, the "Load weight end" line) is the target
+    model's: ``text_bytes`` plus ``vision_bytes`` where the tower is built. The draft (an MTP head or a
+    draft model) loads afterwards, in its own model runner, and is not in it."""
+
+    tp: int
+    text_bytes: int  # the language model: its layers, embedding and LM head
+    vision_bytes: int  # the vision tower (0: none); config.json: its size, built or not
+    vision_built: bool | None  # whether the variant's model class builds the tower; None: config.json cannot tell
+    draft_bytes: int  # the MTP head or draft model, as a draft (0: none built or counted)
+    source: SizeSource
+    detail: str  # where the numbers came from, for a person
+
+    @classmethod
+    def built(cls, model: ModelFacts, tp: int) -> GpuWeights:
+        """SGLang's model class as preflight built it for the variant (tensor-parallel rank 0 at ``tp``)."""
+        return cls(
+            tp=tp,
+            text_bytes=model.param_bytes_per_rank - model.vision_param_bytes_per_rank,
+            vision_bytes=model.vision_param_bytes_per_rank,
+            vision_built=model.vision_tower is not None,
+            draft_bytes=model.draft_param_bytes_per_rank,
+            source="model build",
+            detail=f"SGLang's {model.architecture}, built on the meta device (TP rank 0 of {tp})",
+        )
+
+    @property
+    def model_gib(self) -> float:
+        """The target model's weights (text and vision tower) on this GPU, in GiB."""
+        return (self.text_bytes + self.vision_bytes) / GIB
+
+
+def gpu_weights(checkpoint: CheckpointFacts, model: ModelFacts | None, model_error: str | None, tp: int) -> GpuWeights:
+    """One GPU's weights for a variant at ``tp``: from the release's own model build when preflight built
+    it (``model``), else counted from config.json, saying why; ValueError naming both when neither can."""
+    if model is not None and model.param_bytes_per_rank > 0:
+        return GpuWeights.built(model, tp)
+    why = f"SGLang's model build failed: {model_error}" if model_error else "preflight built no model"
+    try:
+        return checkpoint.size().per_gpu(tp, why)
+    except ValueError as exc:
+        raise ValueError(f"{why}; and {exc}") from None
 
 
 @dataclass(frozen=True)
