@@ -86,7 +86,7 @@ def test_the_report_gives_the_items_own_failure_line_not_a_traceback_frame(pytes
     assert failed.headline == "ValueError: config.json: model_type 'gemma3' is not supported", failed
     assert failed.reason.startswith("cls = <class '_pytest.runner.CallInfo'>")  # what the old line quoted
     report = (results / "report.md").read_text()
-    assert "(call, 0 s): ValueError: config.json: model_type 'gemma3' is not supported" in report, report
+    assert "s): ValueError: config.json: model_type 'gemma3' is not supported\n" in report, report
     assert "cls = <class" not in report, report
 
 
