@@ -17,7 +17,7 @@ from sglperf.model.checkpoint import CheckpointFacts, GpuWeights, gpu_weights
 from sglperf.model.deployment import Deployment
 from sglperf.model.deployment_file import load
 from sglperf.model.files import GIB
-from sglperf.model.resolution import ModelFacts, Resolution
+from sglperf.model.resolution import Resolution
 from sglperf.runtime.server import ServerStartError
 from sglperf.scaffold import InitRequest, init
 from sglperf.session.live_session import (
@@ -33,20 +33,9 @@ from sglperf.testing.emulator.config import parse_launch_args
 from sglperf.testing.emulator.state import EmulatorState
 
 from ..support.project import QWEN36_CONFIG, ROOT
-from .test_scaffold import L40S, no_gpus
+from .test_scaffold import GEMMA, GEMMA_BUILD, L40S, no_gpus
 
 pytestmark = pytest.mark.selftest
-
-GEMMA = ROOT / "tests" / "data" / "hf-configs" / "gemma-3-12b-it"
-# What SGLang 0.5.23 builds for Gemma-3-12B-it at TP 1 (tests/sglang/test_gemma_first_deployment.py
-# reads the same from the real build): Gemma3ForConditionalGeneration with its SigLIP tower.
-GEMMA_BUILD = ModelFacts(
-    architecture="Gemma3ForConditionalGeneration",
-    vision_tower="SiglipVisionModel",
-    moe_layers=0,
-    param_bytes_per_rank=24_374_650_080,
-    vision_param_bytes_per_rank=833_732_064,
-)
 
 
 @pytest.fixture(scope="module")
