@@ -51,8 +51,9 @@ def _is_table(annotation: Any) -> bool:
 
 
 def _tagged(tables: list[type[BaseModel]], value: Mapping[str, Any]) -> tuple[list[type[BaseModel]], str | None]:
-    """Of a discriminated union's tables, the one ``value``'s tag names, and the tag (pydantic puts it in
-    an error's location); the tables unchanged, and None, when they are not such a union."""
+    """Of a discriminated union's tables, the one ``value``'s tag names (none: a missing or unknown tag, which
+    pydantic names), and the tag (it puts it in an error's location); the tables unchanged, and None, when
+    they are not such a union."""
     if len(tables) < 2:
         return tables, None
     for name in tables[0].model_fields:
@@ -70,6 +71,8 @@ def _unknown_keys(value: Any, annotations: list[Any], loc: Location = ()) -> Ite
     tables: list[type[BaseModel]] = [alt for alt in alternatives if _is_table(alt)]
     if isinstance(value, dict) and tables:
         tables, tag = _tagged(tables, value)
+        if not tables:
+            return
         loc = (*loc, tag) if tag is not None else loc
         known = sorted({name for table in tables for name in table.model_fields} - {"path"})
         for key, item in value.items():
