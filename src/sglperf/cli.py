@@ -202,7 +202,8 @@ def cmd_init(args: argparse.Namespace) -> int:
     )
     # Asked for at a terminal; in a script, a missing fact is one line naming the flags.
     ask = input if sys.stdin.isatty() and not args.no_input else None
-    result = scaffold.init(request, ask)
+    # The weights are sized by the newest SGLang built here, as preflight builds the model (else config.json).
+    result = scaffold.init(request, ask, sizing=scaffold.newest_release(_say), progress=_say)
     for line in scaffold.summary(result, request.root, envs.NEWEST_CHECKED):
         _say(line)
     return 0
@@ -350,7 +351,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--memory-gib", type=float, help="memory per GPU, GiB")
     p.add_argument("--compute-capability", help="e.g. 8.9")
     p.add_argument("--runner-name", help="the runner's name in the file (default: from its GPUs, e.g. 1xl40s)")
-    p.add_argument("--tp", type=int, help="tensor-parallel size (default: the fewest GPUs that hold the weights)")
+    p.add_argument(
+        "--tp",
+        type=int,
+        help="tensor-parallel size (default: the fewest GPUs that hold the weights, as the newest SGLang environment "
+        "built here builds the model, else counted from config.json)",
+    )
     p.add_argument("--draft", help="a draft model's folder or config.json (EAGLE, EAGLE3, a small model)")
     p.add_argument("--draft-served-path", help="the draft checkpoint's path on the runner (default: --draft's folder)")
     p.add_argument("--no-input", action="store_true", help="never ask: a fact left unknown is an error")

@@ -46,6 +46,50 @@ def test_a_run_whose_items_failed_without_records_still_writes_its_report(pytest
     assert "sglperf history: run " in run.stdout.str() and store.is_file()
 
 
+# A plugin's own item whose set-up raised (issue 53: the emulator's sizing error came out of sglperf's
+# measurement item): pytest's long traceback of it starts in its own CallInfo.from_call, whose arguments
+# it prints first (`cls = <class '_pytest.runner.CallInfo'>`), and ends, past the record's length, with
+# the exception's message.
+PLUGIN_ITEM_FAILS = """
+import pytest
+
+
+def size_the_weights(depth):
+    if depth:
+        return size_the_weights(depth - 1)
+    raise ValueError("config.json: model_type 'gemma3' is not supported")
+
+
+class Measurement(pytest.Item):
+    def runtest(self):
+        size_the_weights(30)
+
+
+class Deployment(pytest.File):
+    def collect(self):
+        yield Measurement.from_parent(self, name="gemma-3-12b-it-defaults-decode-chat-c1")
+
+
+def pytest_collect_file(parent, file_path):
+    if file_path.suffix == ".toml":
+        return Deployment.from_parent(parent, path=file_path)
+"""
+
+
+def test_the_report_gives_the_items_own_failure_line_not_a_traceback_frame(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(PLUGIN_ITEM_FAILS)
+    (pytester.path / "gemma.toml").write_text("")
+    results = pytester.path / "results"
+    run = pytester.runpytest_subprocess(f"--results-dir={results}", "--history-store=off", "-p", "no:cacheprovider")
+    run.assert_outcomes(failed=1)
+    (failed,) = collect(results).failed_items
+    assert failed.headline == "ValueError: config.json: model_type 'gemma3' is not supported", failed
+    assert failed.reason.startswith("cls = <class '_pytest.runner.CallInfo'>")  # what the old line quoted
+    report = (results / "report.md").read_text()
+    assert "s): ValueError: config.json: model_type 'gemma3' is not supported\n" in report, report
+    assert "cls = <class" not in report, report
+
+
 INTERRUPTIBLE = """
 import os, time
 from pathlib import Path

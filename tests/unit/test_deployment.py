@@ -175,3 +175,48 @@ def test_a_launch_flag_is_taken_out_with_its_value_and_the_rest_kept() -> None:
     assert shipped.launch.extra_flags == flags and without.variants == shipped.variants
     with pytest.raises(KeyError, match=r"tiny-cpu\.toml: launch\.extra_flags has no --no-such-flag"):
         shipped.without_launch_flag("--no-such-flag")
+
+
+# Issue 53: `output_length` got no "did you mean"; every unknown key with a close known one now does, where
+# it is (a workload, a synthetic set's own kind, the runner, whose own check used to hide its unknown keys).
+DID_YOU_MEAN = {
+    "a workload's key": (
+        {"output_len = 256": "output_length = 256"},
+        "workloads[0].output_length: unknown field; did you mean 'output_len'?",
+    ),
+    "a runner's key, hidden by its own check": (
+        {"gpu_count = 2": "gpu_cnt = 2"},
+        "runner.gpu_cnt: unknown field; did you mean 'gpu_count'?",
+    ),
+    "a synthetic set's key": (
+        {"output_len = 32\n": 'output_len = 32\nsynthetic = { kind = "random", cnt = 4, input_len = 8 }\n'},
+        "workloads[2].synthetic.random.cnt: unknown field; did you mean 'count'?",
+    ),
+    "an intent": (
+        {"single_batch_overlap = true, ": "single_batch_overlapp = true, "},
+        "variants[3].request: unknown intent 'single_batch_overlapp'; allowed: decode_cuda_graph, overlap_schedule, "
+        "prefill_cuda_graph, single_batch_overlap, speculative, vision_weights_skipped; did you mean "
+        "'single_batch_overlap'? (variant 'mtp3-full')",
+    ),
+    "a metric": ({"thresholds = { ttft_s = 0.05 }": "thresholds = { ttft = 0.05 }"}, "did you mean 'ttft_s'?"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DID_YOU_MEAN))
+def test_an_unknown_key_close_to_a_known_one_gets_did_you_mean(case: str, deployment_dir: Path) -> None:
+    replace, expected = DID_YOU_MEAN[case]
+    path = deployment_dir / "deployments" / "qwen36.toml"
+    path.write_text(_apply(replace))
+    with pytest.raises(DeploymentError) as excinfo:
+        load(path)
+    message = str(excinfo.value)
+    assert expected in message, message
+    problems = message.split("invalid deployment file:\n", 1)[1]
+    assert problems.count("unknown") == 1, message  # said once, where pydantic would say it too
+
+
+def test_an_unknown_key_far_from_every_known_one_gets_none(deployment_dir: Path) -> None:
+    path = deployment_dir / "deployments" / "qwen36.toml"
+    path.write_text(_apply({"[model]": "colour = 'red'\n[model]"}))
+    with pytest.raises(DeploymentError, match=r"  - colour: unknown field$"):
+        load(path)

@@ -17,6 +17,7 @@ from sglperf.model.resolution import SGLangError
 from sglperf.model.verdict import Status, Verdict
 from sglperf.preflight import check, resolve_variants
 from sglperf.preflight.explain import explain
+from sglperf.reporting.console import verdict_table
 from sglperf.sglang.argv import Option, ParserInfo
 from sglperf.sglang.config_fields import ModelScope
 from sglperf.testing.standin_resolver import StandInResolver, StandInRule
@@ -285,3 +286,26 @@ def test_advice_quotes_sglangs_own_reason_instead_of_contradicting_it(deployment
         verdict.detail
     )
     assert "ask for it" not in verdict.detail
+
+
+def test_a_typo_in_launch_extra_flags_is_said_once_for_the_deployment(tmp_path: Path) -> None:
+    """Issue 53: a typo in [launch] extra_flags was said once per item, naming a variant each time (7 times
+    for a first deployment), though no variant wrote it."""
+    path = tmp_path / "tiny.toml"
+    config, prompts = ROOT / "models" / "tiny-qwen3" / "config.json", ROOT / "data" / "prompts" / "chat.jsonl"
+    path.write_text(
+        DEPLOYMENT.format(config=config, prompts=prompts).replace(
+            "tp_size = 1", 'tp_size = 1\nextra_flags = ["--context-lenght", "8192"]'
+        )
+    )
+    verdicts = [v for c in check(load(path), StandInResolver(PARSER, RULES)) for v in c.verdicts]
+    assert len(verdicts) > 7 and {v.status for v in verdicts} == {Status.ERROR}
+    said = f"{path} [launch] extra_flags: --context-lenght is not accepted by SGLang 0.5.13"
+    assert all(v.detail.startswith(said) for v in verdicts)
+    table = verdict_table(verdicts)
+    assert table.count("--context-lenght") == 1, table
+    assert (
+        f"tiny: SGLang 0.5.13 refused {len(verdicts)} items (variants defaults, graph, full, typo, abbreviated)"
+        in table
+    )
+    assert "variant 'defaults'" not in table

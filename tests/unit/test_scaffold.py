@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -11,9 +12,22 @@ import pytest
 from sglperf.cli import EXIT_BAD_INPUT, main
 from sglperf.model.deployment_file import DeploymentError, load
 from sglperf.model.intent_names import SPECULATIVE, VISION_WEIGHTS_SKIPPED
+from sglperf.model.resolution import ModelFacts
+from sglperf.model.runner_profile import RunnerProfile
 from sglperf.runtime.gpus import SIMULATED_ENV, Inventory
-from sglperf.scaffold import GITIGNORE_LINES, InitError, InitRequest, init
+from sglperf.scaffold import (
+    GITIGNORE_LINES,
+    InitError,
+    InitRequest,
+    SizingRelease,
+    command_prefix,
+    init,
+    summary,
+)
 from sglperf.testing.fake_nvml import FakeGpu, FakeNvml
+from sglperf.testing.standin_resolver import StandInResolver
+
+from .test_preflight_standin import PARSER
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "tests" / "data" / "hf-configs"
@@ -121,7 +135,7 @@ def test_it_never_overwrites_and_keeps_the_users_own_files(tmp_path: Path) -> No
     (tmp_path / ".gitignore").write_text("node_modules/\nresults/")
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "mine"\n\n[tool.pytest.ini_options]\naddopts = "-q"\n')
     result = init(InitRequest(model=LLAMA, root=tmp_path, served_path="/m", **L40S), inventory=no_gpus)  # type: ignore[arg-type]
-    assert (tmp_path / ".gitignore").read_text() == "node_modules/\nresults/\n# sglperf\nbaselines/**/*.lock\n"
+    assert (tmp_path / ".gitignore").read_text() == "node_modules/\nresults/\n# sglperf\nbaselines/**/*.lock\n.venv/\n"
     assert not (tmp_path / "pytest.ini").exists()
     assert any("pyproject.toml: has a pytest configuration already" in note for note in result.notes)
     before = result.deployment.read_text()
@@ -161,3 +175,143 @@ def test_a_malformed_prompt_file_fails_the_deployment_at_load_naming_the_line(tm
         f"{path}: workloads[0].prompts: {prompts.resolve()}:5: messages[0] (prompt 'x'): role 'usr' is not one of "
         "assistant, system, user"
     )
+
+
+# --- issue 53: a first deployment of one's own (Gemma-3) ------------------------------------------------
+
+GEMMA = CONFIGS / "gemma-3-12b-it"
+# What SGLang 0.5.23 builds of Gemma-3-12B-it at TP 1 (tests/sglang/test_gemma_first_deployment.py reads it
+# from the real build).
+GEMMA_BUILD = ModelFacts(
+    architecture="Gemma3ForConditionalGeneration",
+    vision_tower="SiglipVisionModel",
+    moe_layers=0,
+    param_bytes_per_rank=24_374_650_080,
+    vision_param_bytes_per_rank=833_732_064,
+)
+TWO_L40S = {**L40S, "gpu_count": 2}
+
+
+def _files(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*")}
+
+
+def _sizing(model: ModelFacts | None, asked: list[RunnerProfile] | None = None) -> SizingRelease:
+    def resolver(runner: RunnerProfile, cache: Path) -> StandInResolver:
+        if asked is not None:
+            asked.append(runner)
+        return StandInResolver(PARSER, model=model)
+
+    return SizingRelease("0.5.23", resolver)
+
+
+def test_init_sizes_gemma_by_the_releases_own_build_of_the_model(tmp_path: Path) -> None:
+    """config.json counting cannot size Gemma-3: the newest release built here does, as preflight builds it."""
+    asked: list[RunnerProfile] = []
+    said: list[str] = []
+    request = InitRequest(model=GEMMA, root=tmp_path, served_path="/m", **TWO_L40S)  # type: ignore[arg-type]
+    result = init(request, inventory=no_gpus, sizing=_sizing(GEMMA_BUILD, asked), progress=said.append)
+    deployment = load(result.deployment)
+    assert deployment.launch.tp_size == 1  # 22.7 GiB of weights on a 48 GiB GPU, though the runner has two
+    assert "tp_size = 1  # weights 22.7 GiB, 22.7 GiB per GPU of 48 GiB" in result.deployment.read_text()
+    assert (
+        "weights 22.7 GiB, as SGLang 0.5.23 builds the model (Gemma3ForConditionalGeneration, on the meta device)"
+        in (result.notes)
+    )
+    assert [r.gpu_count for r in asked] == [2] and said[0].startswith("sizing Gemma3ForConditionalGeneration with")
+
+
+def test_init_without_a_build_counts_config_json_and_says_so(tmp_path: Path) -> None:
+    result = init(InitRequest(model=LLAMA, root=tmp_path, served_path="/m", **L40S), inventory=no_gpus)  # type: ignore[arg-type]
+    (note,) = result.notes
+    assert note.startswith("weights 15.0 GiB, counted from config.json (no managed SGLang environment is built;")
+    failed = init(
+        InitRequest(model=LLAMA, root=tmp_path / "b", served_path="/m", **L40S),  # type: ignore[arg-type]
+        inventory=no_gpus,
+        sizing=_sizing(None),
+    )
+    assert failed.notes == ["weights 15.0 GiB, counted from config.json (SGLang 0.5.23 built no model)"]
+
+
+def test_when_nothing_can_size_the_model_tp_is_every_gpu_in_one_line_naming_tp(tmp_path: Path) -> None:
+    request = InitRequest(model=GEMMA, root=tmp_path, served_path="/m", **TWO_L40S)  # type: ignore[arg-type]
+    result = init(request, inventory=no_gpus)
+    assert load(result.deployment).launch.tp_size == 2
+    (note,) = result.notes
+    assert note.startswith("tp_size 2 (every GPU): sglperf cannot size this model's weights (no managed SGLang")
+    assert "model_type 'gemma3' is not supported" in note and note.endswith("; give --tp N") and "\n" not in note
+
+
+def test_gitignore_keeps_the_venv_out_and_next_steps_name_the_venvs_commands(tmp_path: Path) -> None:
+    result = init(InitRequest(model=LLAMA, root=tmp_path, served_path="/m", **L40S), inventory=no_gpus)  # type: ignore[arg-type]
+    assert ".venv/" in (tmp_path / ".gitignore").read_text().splitlines()
+    assert command_prefix(tmp_path, tmp_path / ".venv") == ".venv/bin/"  # as docs/getting-started.md installs it
+    elsewhere = tmp_path.parent / "elsewhere-venv"
+    assert command_prefix(tmp_path, elsewhere) == f"{elsewhere}/bin/"
+    lines = summary(result, tmp_path, "0.5.23", ".venv/bin/")
+    assert "  .venv/bin/sglperf preflight deployments/llama-3.1-8b-instruct.toml --sglang-version 0.5.23" in lines
+    assert "  .venv/bin/pytest -m preflight --sglang-version=0.5.23" in lines
+    again = tmp_path / "again"
+    again.mkdir()
+    (again / ".gitignore").write_text("/results\n.venv\n")  # the same folders, spelt otherwise
+    init(InitRequest(model=LLAMA, root=again, served_path="/m", **L40S), inventory=no_gpus)  # type: ignore[arg-type]
+    assert (again / ".gitignore").read_text() == "/results\n.venv\n# sglperf\nbaselines/**/*.lock\n"
+
+
+def test_a_hub_config_cannot_add_toml_to_the_deployment(tmp_path: Path) -> None:
+    """The audit: architectures were written into the TOML unescaped, so a config.json could add [launch.env]."""
+    model = tmp_path / "evil"
+    model.mkdir()
+    config = json.loads((LLAMA / "config.json").read_text())
+    config["architectures"] = ['LlamaForCausalLM\n[launch.env]\nLD_PRELOAD = "/tmp/evil.so"\n#', 'X"\\\x7f']
+    (model / "config.json").write_text(json.dumps(config))
+    served = '/m"\n[runner]\x7f'  # DEL, which JSON's escaping leaves raw and TOML refuses raw
+    deployment = load(_init(tmp_path / "repo", model, served_path=served, gpu_name="L40S\\"))
+    assert deployment.launch.env == {} and deployment.model.served_path == served
+    assert deployment.runner.gpu_name == "L40S\\"
+    # The architectures are shown, escaped, in the header comment and the description: one line each.
+    shown = 'LlamaForCausalLM\\n[launch.env]\\nLD_PRELOAD = "/tmp/evil.so"\\n#, X"\\\\x7f'
+    assert deployment.description == f"{shown} on 1x L40S\\, TP 1"
+    text = (tmp_path / "repo" / "deployments" / "evil.toml").read_text()
+    assert (
+        text.splitlines()[0]
+        == f"# Written by `sglperf init` from {shown}'s config.json. Every field: sglperf docs, Deployments."
+    )
+
+
+def test_a_failed_init_leaves_nothing_and_the_corrected_retry_works(tmp_path: Path) -> None:
+    """The audit: a failed init left 3-5 files behind, and the corrected retry was refused ("exists already")."""
+    (tmp_path / "prompts").write_text("a file where init puts a folder")  # writing fails half-way
+    before = _files(tmp_path)
+    with pytest.raises(InitError, match=r"prompts/chat.jsonl: cannot write it: Not a directory .*left nothing behind"):
+        _init(tmp_path, served_path="/m")
+    assert _files(tmp_path) == before
+    (tmp_path / "prompts").unlink()
+    _init(tmp_path, served_path="/m")  # the same command again, the cause removed
+    with pytest.raises(InitError, match="--gpus 0: a runner has 1 to 64 GPUs"):
+        _init(tmp_path / "other", gpu_count=0)  # a bad flag: nothing is written at all
+    assert not (tmp_path / "other").exists()
+
+
+def test_a_fifo_gitignore_is_not_read_for_ever(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / ".gitignore")
+    result = init(InitRequest(model=LLAMA, root=tmp_path, served_path="/m", **L40S), inventory=no_gpus)  # type: ignore[arg-type]
+    assert any(note.startswith(f"{tmp_path / '.gitignore'}: cannot read it (") for note in result.notes)
+
+
+def test_ctrl_d_at_a_question_is_one_line_and_writes_nothing(tmp_path: Path) -> None:
+    def ended(question: str) -> str:
+        raise EOFError
+
+    with pytest.raises(InitError, match=r"no answer to 'How many GPUs does the runner have\?': the input ended"):
+        init(InitRequest(model=LLAMA, root=tmp_path, served_path="/m"), ended, inventory=no_gpus)
+    assert _files(tmp_path) == set()
+
+
+def test_an_over_long_path_is_one_line(tmp_path: Path) -> None:
+    long = "d" * 300
+    with pytest.raises(InitError, match=r"cannot (use|read) it: File name too long"):
+        _init(tmp_path / long, served_path="/m")
+    with pytest.raises(InitError, match=r"cannot read it: File name too long"):
+        _init(tmp_path / "repo", tmp_path / long)
+    assert _files(tmp_path) == set()

@@ -44,8 +44,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sglperf.errors import SglperfError
-from sglperf.model.checkpoint import CheckpointFacts
-from sglperf.model.files import GIB
+from sglperf.model.checkpoint import CheckpointFacts, gpu_weights
 from sglperf.model.hardware import Bandwidth
 from sglperf.model.measurement import Roofline
 from sglperf.model.resolution import ModelFacts
@@ -94,27 +93,25 @@ def weight_bytes_per_step(model: ModelFacts | None, config: Mapping[str, Any], t
         raise RooflineError(f"tp must be >= 1, got {tp}")
     checkpoint = CheckpointFacts(config)
     try:
-        size = checkpoint.size()
-        dtype_bytes = size.dtype_bytes
+        dtype_bytes = checkpoint.size().dtype_bytes
     except ValueError:
-        size, dtype_bytes = None, 2
+        dtype_bytes = 2
     embedding = embedding_bytes_per_gpu(checkpoint, tp, dtype_bytes)
-    if model is not None and model.param_bytes_per_rank > 0:
-        read = model.param_bytes_per_rank - model.vision_param_bytes_per_rank - embedding
-        dropped = ["vision tower"] if model.vision_param_bytes_per_rank else []
-        dropped += ["input embedding"] if embedding else []
-        return WeightBytes(
-            read,
-            f"preflight: parameters SGLang's {model.architecture} holds on TP rank 0{_excluded(dropped)}",
-        )
-    if size is None:
+    try:
+        weights = gpu_weights(checkpoint, model, None, tp)
+    except ValueError:
         raise RooflineError(
             "no model facts from preflight and config.json cannot be counted (see sglperf.model.checkpoint)"
-        )
+        ) from None
     # The text weights leave the vision tower out already; only the embedding is subtracted here.
-    text_bytes = round(size.weight_gib_per_gpu(tp, vision=False, vision_replicated=False, mtp=False) * GIB)
     dropped = ["input embedding"] if embedding else []
-    return WeightBytes(text_bytes - embedding, f"config.json: text weights / TP {tp}{_excluded(dropped)}")
+    if model is not None and weights.source == "model build":
+        dropped = (["vision tower"] if weights.vision_bytes else []) + dropped
+        return WeightBytes(
+            weights.text_bytes - embedding,
+            f"preflight: parameters SGLang's {model.architecture} holds on TP rank 0{_excluded(dropped)}",
+        )
+    return WeightBytes(weights.text_bytes - embedding, f"config.json: text weights / TP {tp}{_excluded(dropped)}")
 
 
 def _excluded(parts: list[str]) -> str:

@@ -9,9 +9,10 @@ Each fact is read when asked for, from the parsed config, so a key sglperf canno
 caller that needs it: a config whose parameters cannot be counted still names its architectures.
 
 Parameter counts follow HF transformers (``modeling_qwen3_5.py``, ``modeling_qwen3_next.py``,
-``modeling_qwen3_vl.py``) and SGLang's ``qwen3_5_mtp.py``. A `ModelSize` says where its numbers came from:
-config.json is the only source today; SGLang's own model class, built on the meta device, sizes any
-architecture and would be the next.
+``modeling_qwen3_vl.py``) and SGLang's ``qwen3_5_mtp.py``, for those families only. What one GPU of a
+server holds, `GpuWeights`, comes from the better of two sources (`gpu_weights`): the model class the
+release itself builds for the variant on the meta device (preflight's `ModelFacts`: any architecture
+SGLang serves, exact per tensor-parallel rank), else config.json counted here, saying why.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from sglperf.model.files import GIB
+from sglperf.model.resolution import ModelFacts
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4}
 MOE_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
@@ -32,8 +34,13 @@ MTP_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers")
 # Llava-style configs: vision_tower, mm_vision_tower; Qwen-VL 1: visual).
 VISION_CONFIG_KEYS = ("vision_config", "vision_tower", "mm_vision_tower", "visual")
 SUPPORTED = "Qwen3.5/3.6 (model_type 'qwen3_5') or a Llama/Qwen2/Qwen3-style dense text config"
-# Where a model's sizes came from.
-SizeSource = Literal["config.json"]
+# Bounds a size is read within: a key past them describes no model (and a layer count of 10**15 would
+# build its layer list for ever).
+MAX_SIZE_VALUE = 2**40
+MAX_LAYERS = 100_000
+# Where a model's sizes came from: counted from config.json here, or the model class the SGLang release
+# builds for the variant on the meta device (preflight's ModelFacts).
+SizeSource = Literal["config.json", "model build"]
 
 
 @dataclass(frozen=True)
@@ -67,6 +74,76 @@ class ModelSize:
             sharded = self.mtp_params - self.mtp_replicated_params
             params += sharded / tp + self.mtp_replicated_params
         return params * self.dtype_bytes / GIB
+
+    def per_gpu(self, tp: int, why: str) -> GpuWeights:
+        """One GPU's share at ``tp``, every part sharded (`weight_gib_per_gpu`'s estimate); ``why``: why
+        config.json counted it and not a model build."""
+        if tp < 1:
+            raise ValueError(f"tp must be >= 1, got {tp}")
+        sharded = self.mtp_params - self.mtp_replicated_params
+        return GpuWeights(
+            tp=tp,
+            text_bytes=round(self.text_params * self.dtype_bytes / tp),
+            vision_bytes=round(self.vision_params * self.dtype_bytes / tp),
+            vision_built=None,
+            draft_bytes=round((sharded / tp + self.mtp_replicated_params) * self.dtype_bytes),
+            source="config.json",
+            detail=f"counted from config.json ({why})" if why else "counted from config.json",
+        )
+
+
+@dataclass(frozen=True)
+class GpuWeights:
+    """The weight bytes one GPU of a server holds at one tensor-parallel size, by part, and their source.
+
+    SGLang's own figure for a server (``memory_usage.weight``, the "Load weight end" line) is the target
+    model's: ``text_bytes`` plus ``vision_bytes`` where the tower is built. The draft (an MTP head or a
+    draft model) loads afterwards, in its own model runner, and is not in it."""
+
+    tp: int
+    text_bytes: int  # the language model: its layers, embedding and LM head
+    vision_bytes: int  # the vision tower (0: none); config.json: its size, built or not
+    vision_built: bool | None  # whether the variant's model class builds the tower; None: config.json cannot tell
+    draft_bytes: int  # the MTP head or draft model, as a draft (0: none built or counted)
+    source: SizeSource
+    detail: str  # where the numbers came from, for a person
+
+    @classmethod
+    def built(cls, model: ModelFacts, tp: int) -> GpuWeights:
+        """SGLang's model class as preflight built it for the variant (tensor-parallel rank 0 at ``tp``)."""
+        return cls(
+            tp=tp,
+            text_bytes=model.param_bytes_per_rank - model.vision_param_bytes_per_rank,
+            vision_bytes=model.vision_param_bytes_per_rank,
+            vision_built=model.vision_tower is not None,
+            draft_bytes=model.draft_param_bytes_per_rank,
+            source="model build",
+            detail=f"SGLang's {model.architecture}, built on the meta device (TP rank 0 of {tp})",
+        )
+
+    @property
+    def model_gib(self) -> float:
+        """The target model's weights (text and vision tower) on this GPU, in GiB."""
+        return (self.text_bytes + self.vision_bytes) / GIB
+
+
+def gpu_weights(
+    checkpoint: CheckpointFacts,
+    model: ModelFacts | None,
+    model_error: str | None,
+    tp: int,
+    no_build: str = "preflight built no model",
+) -> GpuWeights:
+    """One GPU's weights for a variant at ``tp``: from the release's own model build when preflight built
+    it (``model``), else counted from config.json, saying why (``model_error``, else ``no_build``);
+    ValueError naming both when neither can."""
+    if model is not None and model.param_bytes_per_rank > 0:
+        return GpuWeights.built(model, tp)
+    why = f"SGLang's model build failed: {model_error}" if model_error else no_build
+    try:
+        return checkpoint.size().per_gpu(tp, why)
+    except ValueError as exc:
+        raise ValueError(f"{why}; and {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -114,8 +191,15 @@ class CheckpointFacts:
 
     @property
     def mtp_layers(self) -> int:
-        """The MTP head's layers, 0 without one."""
-        return max((int(section.get(key) or 0) for section in self._sections for key in MTP_KEYS), default=0)
+        """The MTP head's layers, 0 without one; ValueError names a key that is not a layer count."""
+        counts = [0]
+        for prefix, section in zip(("", "text_config."), self._sections):
+            for key in MTP_KEYS:
+                value = section.get(key)
+                if value is not None and not _whole(value, MAX_LAYERS):
+                    raise ValueError(f"config.json: {prefix}{key}: {value!r} is not a number of layers")
+                counts.append(value or 0)
+        return max(counts)
 
     @property
     def linear_attention(self) -> bool:
@@ -187,21 +271,44 @@ def _missing(keys: str) -> ValueError:
     return ValueError(f"config.json: cannot count parameters, missing keys: {keys} (supported: {SUPPORTED})")
 
 
+def _whole(value: Any, most: int) -> bool:
+    """Whether a config value is a whole number from 0 to ``most`` (JSON's true is not one)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= most
+
+
 class _Reader:
-    """Reads config keys, collecting every missing one so a single error names them all."""
+    """Reads config keys, collecting every missing or unreadable one so a single error names them all."""
 
     def __init__(self) -> None:
         self.missing: list[str] = []
+        self.unreadable: list[str] = []
 
-    def need(self, section: Mapping[str, Any], key: str, where: str) -> int:
+    def need(self, section: Mapping[str, Any], key: str, where: str, most: int = MAX_SIZE_VALUE) -> int:
         value = section.get(key)
         if value is None:
             if f"{where}{key}" not in self.missing:  # every layer asks again
                 self.missing.append(f"{where}{key}")
             return 0
-        return int(value)
+        return self._checked(value, key, where, most)
+
+    def optional(self, section: Mapping[str, Any], key: str, where: str, default: int) -> int:
+        """A key a config may leave out (or write as null, or 0): ``default`` then."""
+        value = section.get(key)
+        if value is None:
+            return default
+        return self._checked(value, key, where, MAX_SIZE_VALUE) or default
+
+    def _checked(self, value: Any, key: str, where: str, most: int) -> int:
+        if _whole(value, most):
+            return int(value)
+        said = f"{where}{key} = {value!r}"
+        if said not in self.unreadable:
+            self.unreadable.append(said[:120])
+        return 0
 
     def check(self) -> None:
+        if self.unreadable:
+            raise ValueError(f"config.json: cannot count parameters, not whole numbers: {', '.join(self.unreadable)}")
         if self.missing:
             raise _missing(", ".join(self.missing))
 
@@ -251,8 +358,8 @@ def _attention(
 ) -> int:
     hidden = r.need(t, "hidden_size", where)
     heads = r.need(t, "num_attention_heads", where)
-    kv_heads = t.get("num_key_value_heads") or heads
-    head_dim = t.get("head_dim") or (hidden // heads if heads else 0)
+    kv_heads = r.optional(t, "num_key_value_heads", where, heads)
+    head_dim = r.optional(t, "head_dim", where, hidden // heads if heads else 0)
     q_out = heads * head_dim * (2 if output_gate else 1)  # the output gate rides on q_proj
     return (
         _linear(hidden, q_out, qkv_bias)
@@ -268,8 +375,10 @@ def _qwen3_5_text(t: Mapping[str, Any], tied: bool, r: _Reader, where: str) -> t
     vocab = r.need(t, "vocab_size", where)
     intermediate = r.need(t, "intermediate_size", where)
     layer_types = t.get("layer_types")
+    if layer_types is not None and (not isinstance(layer_types, list) or len(layer_types) > MAX_LAYERS):
+        raise ValueError(f"config.json: {where}layer_types: not a list of at most {MAX_LAYERS} layer types")
     if layer_types is None:
-        count = r.need(t, "num_hidden_layers", where)
+        count = r.need(t, "num_hidden_layers", where, most=MAX_LAYERS)
         interval = r.need(t, "full_attention_interval", where) or 1
         layer_types = ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(count)]
     bias = bool(t.get("attention_bias", False))
@@ -294,7 +403,7 @@ def _qwen3_5_text(t: Mapping[str, Any], tied: bool, r: _Reader, where: str) -> t
 
     # MTP shares the target's embeddings and lm_head once loaded; its fc is a plain nn.Linear in SGLang,
     # so every TP rank keeps all of it.
-    mtp_layers = t.get("mtp_num_hidden_layers", 0) or 0
+    mtp_layers = r.optional(t, "mtp_num_hidden_layers", where, 0)
     if not mtp_layers:
         return text, 0, 0
     fc = _linear(2 * hidden, hidden)
@@ -310,7 +419,7 @@ def _qwen3_vision(v: Mapping[str, Any], r: _Reader) -> int:
     patch = r.need(v, "patch_size", where)
     merge = r.need(v, "spatial_merge_size", where)
     out_hidden = r.need(v, "out_hidden_size", where)
-    channels = v.get("in_channels", 3)
+    channels = r.optional(v, "in_channels", where, 3)
     patch_embed = channels * r.need(v, "temporal_patch_size", where) * patch * patch * hidden + hidden
     pos_embed = r.need(v, "num_position_embeddings", where) * hidden
     block = (
@@ -325,7 +434,8 @@ def _qwen3_vision(v: Mapping[str, Any], r: _Reader) -> int:
     def merger(norm_dim: int) -> int:
         return 2 * norm_dim + _linear(merged, merged, True) + _linear(merged, out_hidden, True)
 
-    deepstack = len(v.get("deepstack_visual_indexes") or [])
+    indexes = v.get("deepstack_visual_indexes") or []
+    deepstack = len(indexes) if isinstance(indexes, list) else r.need(v, "deepstack_visual_indexes", where)
     return int(
         patch_embed
         + pos_embed
@@ -340,7 +450,7 @@ def _dense_text(c: Mapping[str, Any], tied: bool, r: _Reader) -> int:
     hidden = r.need(c, "hidden_size", "")
     vocab = r.need(c, "vocab_size", "")
     intermediate = r.need(c, "intermediate_size", "")
-    layers = r.need(c, "num_hidden_layers", "")
+    layers = r.need(c, "num_hidden_layers", "", most=MAX_LAYERS)
     r.need(c, "num_attention_heads", "")
     r.check()
     model_type = c.get("model_type", "")

@@ -15,7 +15,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import Field, StrictBool, ValidationError, field_validator, model_validator
 
 from sglperf.model.checkpoint import CheckpointFacts
-from sglperf.model.deployment_fields import Deadline, EnvVars, FilePath, Slug, StrictTable
+from sglperf.model.deployment_fields import Deadline, EnvVars, FilePath, Slug, StrictTable, did_you_mean
 from sglperf.model.intent_names import INTENT_NAMES, SPECULATIVE
 from sglperf.model.metrics import METRICS, with_inherited_floors
 from sglperf.model.runner_profile import RunnerProfile
@@ -56,7 +56,8 @@ class SpeculativeOverride(StrictTable):
 def _check_intents(value: dict[str, Any]) -> dict[str, Any]:
     for name in value:
         if name not in INTENT_NAMES:
-            raise ValueError(f"unknown intent {name!r}; allowed: {', '.join(sorted(INTENT_NAMES))}")
+            close = did_you_mean(name, INTENT_NAMES)
+            raise ValueError(f"unknown intent {name!r}; allowed: {', '.join(sorted(INTENT_NAMES))}{close}")
         if name == SPECULATIVE:
             raise ValueError(f"{name!r} is set through [launch.speculative] or a variant's speculative table")
     return value

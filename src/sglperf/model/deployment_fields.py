@@ -7,6 +7,8 @@ words it, naming the file and the field), never a silent conversion.
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated
 
@@ -45,13 +47,21 @@ class StrictTable(BaseModel):
 
 
 FilePath = Annotated[Path, Field(strict=False)]
+CLOSE_MATCH = 0.7  # difflib's ratio: output_length -> output_len (0.87), gpu_cnt -> gpu_count (0.88)
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """``"; did you mean 'output_len'?"`` for an unknown key with a close known one, else ``""``."""
+    close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=CLOSE_MATCH)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def check_thresholds(value: dict[str, float]) -> dict[str, float]:
     """Regression floors per metric (a runner's, a workload's): known metrics, each within its range."""
     for metric, threshold in value.items():
         if metric not in METRICS:
-            raise ValueError(f"unknown metric {metric!r}; allowed: {', '.join(sorted(METRICS))}")
+            allowed = ", ".join(sorted(METRICS))
+            raise ValueError(f"unknown metric {metric!r}; allowed: {allowed}{did_you_mean(metric, METRICS)}")
         limit = METRICS[metric].direction.threshold_limit
         if not 0 < threshold < limit:
             raise ValueError(

@@ -4,16 +4,18 @@ and each field that is wrong and what is allowed, the files it names (config.jso
 from __future__ import annotations
 
 import tomllib
+import types
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from sglperf.errors import SglperfError
 from sglperf.model.checkpoint import CheckpointFacts
 from sglperf.model.deployment import Deployment, Speculative, SpeculativeOverride
-from sglperf.model.deployment_fields import PATTERN_MEANING
+from sglperf.model.deployment_fields import PATTERN_MEANING, did_you_mean
 from sglperf.model.files import os_problem, read_input
 from sglperf.model.prompts import PromptError, load_prompts
 
@@ -32,11 +34,72 @@ def _field_path(loc: tuple[Any, ...]) -> str:
 _STRICT_TYPES = ("int_type", "float_type", "bool_type")
 
 
-def _describe(error: ErrorDetails, raw: dict[str, Any]) -> str:
+Location = tuple[str | int, ...]
+
+
+def _alternatives(annotation: Any) -> list[Any]:
+    """An annotation's types, with Annotated and unions unwrapped."""
+    if get_origin(annotation) is Annotated:
+        return _alternatives(get_args(annotation)[0])
+    if get_origin(annotation) in (Union, types.UnionType):
+        return [alt for arg in get_args(annotation) for alt in _alternatives(arg)]
+    return [annotation]
+
+
+def _is_table(annotation: Any) -> bool:
+    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
+
+
+def _tagged(tables: list[type[BaseModel]], value: Mapping[str, Any]) -> tuple[list[type[BaseModel]], str | None]:
+    """Of a discriminated union's tables, the one ``value``'s tag names (none: a missing or unknown tag, which
+    pydantic names), and the tag (it puts it in an error's location); the tables unchanged, and None, when
+    they are not such a union."""
+    if len(tables) < 2:
+        return tables, None
+    for name in tables[0].model_fields:
+        literals = [get_args(t.model_fields[name].annotation) for t in tables if name in t.model_fields]
+        if len(literals) == len(tables) and all(get_origin(t.model_fields[name].annotation) is Literal for t in tables):
+            chosen = [t for t, tags in zip(tables, literals) if value.get(name) in tags]
+            return chosen, str(value.get(name)) if chosen else None
+    return tables, None
+
+
+def _unknown_keys(value: Any, annotations: list[Any], loc: Location = ()) -> Iterator[tuple[Location, list[str]]]:
+    """Every key of the file no table has, where pydantic would place it, with the keys allowed there
+    (pydantic names only some: a table whose own check fails first hides the rest)."""
+    alternatives = [alt for annotation in annotations for alt in _alternatives(annotation)]
+    tables: list[type[BaseModel]] = [alt for alt in alternatives if _is_table(alt)]
+    if isinstance(value, dict) and tables:
+        tables, tag = _tagged(tables, value)
+        if not tables:
+            return
+        loc = (*loc, tag) if tag is not None else loc
+        known = sorted({name for table in tables for name in table.model_fields} - {"path"})
+        for key, item in value.items():
+            fields = [table.model_fields[key].annotation for table in tables if key in table.model_fields]
+            if key not in known:
+                yield (*loc, key), known
+            else:
+                yield from _unknown_keys(item, fields, (*loc, key))
+    elif isinstance(value, dict):
+        values = [get_args(alt)[1] for alt in alternatives if get_origin(alt) is dict]
+        for key, item in value.items():
+            yield from _unknown_keys(item, values, (*loc, key)) if values else iter(())
+    elif isinstance(value, list):
+        items = [get_args(alt)[0] for alt in alternatives if get_origin(alt) is list]
+        for i, item in enumerate(value):
+            yield from _unknown_keys(item, items, (*loc, i)) if items else iter(())
+
+
+def _unknown_field(loc: Location, known: list[str]) -> str:
+    return f"{_field_path(loc)}: unknown field{did_you_mean(str(loc[-1]), known)}"
+
+
+def _describe(error: ErrorDetails, raw: dict[str, Any], unknown: Mapping[Location, list[str]]) -> str:
     loc = tuple(error["loc"])
     where = _field_path(loc)
     if error["type"] == "extra_forbidden":
-        return f"{where}: unknown field"
+        return _unknown_field(loc, unknown.get(loc, []))
     if error["type"] == "missing":
         return f"{where}: required field is missing"
     if error["type"] == "string_pattern_mismatch":
@@ -94,7 +157,12 @@ def load(path: str | Path) -> Deployment:
     try:
         deployment = Deployment.model_validate({**raw, "path": path})
     except ValidationError as exc:
-        problems = "\n".join(f"  - {_describe(e, raw)}" for e in exc.errors(include_url=False))
+        errors = exc.errors(include_url=False)
+        unknown = dict(_unknown_keys(raw, [Deployment]))
+        said = {tuple(e["loc"]) for e in errors if e["type"] == "extra_forbidden"}
+        lines = [_describe(e, raw, unknown) for e in errors]
+        lines += [_unknown_field(loc, known) for loc, known in unknown.items() if loc not in said]
+        problems = "\n".join(f"  - {line}" for line in lines)
         raise DeploymentError(f"{path}: invalid deployment file:\n{problems}") from None
     _check_files(deployment)
     return deployment

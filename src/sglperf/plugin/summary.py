@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from sglperf.history import chosen
-from sglperf.model.item_outcome import INTERRUPTED_PHASE, MAX_REASON_CHARS, ItemOutcome
+from sglperf.model.item_outcome import INTERRUPTED_PHASE, ItemOutcome, fit_reason
 from sglperf.model.measurement import BaselineStatus, MeasurementRow
 from sglperf.model.metrics import METRICS, MetricOutcome
 from sglperf.model.numbers_source import NumbersSource
@@ -87,8 +87,14 @@ class RunSummary:
         if report.failed and not hasattr(self.config, "workerinput"):
             self.failed += 1
             # Written now, by the one process that sees every item: a run cut short keeps what failed.
+            # pytest's crash line holds the exception's own message, which a long traceback's text ends with.
+            crash = getattr(getattr(report.longrepr, "reprcrash", None), "message", None)
             outcome = ItemOutcome(
-                report.nodeid, report.when or "call", report.longreprtext[:MAX_REASON_CHARS], report.duration
+                report.nodeid,
+                report.when or "call",
+                fit_reason(report.longreprtext),
+                report.duration,
+                crash if isinstance(crash, str) else "",
             )
             append_run_line(self.config, LineKind.OUTCOMES, outcome.to_record())
 

@@ -32,7 +32,7 @@ def verdict_table(verdicts: Sequence[Verdict]) -> str:
     ]
     lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)), "  ".join("-" * w for w in widths)]
     lines += ["  ".join(_cell(c, w).ljust(w) for c, w in zip(row, widths)) for row in rows]
-    notes = [v.message() for v in verdicts if v.status != Status.PASS or v.caveats]
+    notes = _notes(verdicts)
     if notes:
         lines += ["", *notes]
     counts = {s: sum(v.status == s for v in verdicts) for s in Status}
@@ -43,6 +43,27 @@ def verdict_table(verdicts: Sequence[Verdict]) -> str:
         f"{counts[Status.INERT]} inert, {counts[Status.ERROR]} errors, {counts[Status.UNPROVEN]} unproven",
     ]
     return "\n".join(lines)
+
+
+def _notes(verdicts: Sequence[Verdict]) -> list[str]:
+    """The explanation of each verdict that did not pass; items SGLang refused for one reason (a flag of the
+    deployment's [launch], refused for every variant) share one note."""
+    refused: dict[tuple[str, str, str], list[Verdict]] = {}
+    for v in verdicts:
+        if v.status == Status.ERROR:
+            refused.setdefault((v.deployment, v.sglang_version, v.detail), []).append(v)
+    notes = []
+    for v in verdicts:
+        if v.status == Status.PASS and not v.caveats:
+            continue
+        together = refused.get((v.deployment, v.sglang_version, v.detail), []) if v.status == Status.ERROR else []
+        if len(together) < 2:
+            notes.append(v.message())
+        elif v is together[0]:
+            variants = ", ".join(dict.fromkeys(w.variant for w in together))
+            head = f"{v.deployment}: SGLang {v.sglang_version} refused {len(together)} items (variants {variants})"
+            notes.append("\n".join([head, *v.message().splitlines()[1:]]))
+    return notes
 
 
 def verdict_json(verdicts: Sequence[Verdict]) -> str:

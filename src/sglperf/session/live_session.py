@@ -16,12 +16,13 @@ from typing import Any
 from sglperf import preflight
 from sglperf.judge import coverage, live_evidence
 from sglperf.judge import divergence as args_divergence
-from sglperf.model.checkpoint import CheckpointFacts
+from sglperf.model.checkpoint import CheckpointFacts, gpu_weights
 from sglperf.model.deployment import Deployment, Variant
-from sglperf.model.files import os_problem, read_input
+from sglperf.model.files import GIB, os_problem, read_input
 from sglperf.model.graph_coverage import CapturedSizes
 from sglperf.model.measurement import MeasurementRecord
 from sglperf.model.progress import Progress
+from sglperf.model.resolution import Resolution
 from sglperf.model.server_facts import ServerFacts
 from sglperf.model.verdict import Verdict
 from sglperf.model.workload import LoadPoint, Workload
@@ -40,6 +41,10 @@ from sglperf.sglang.flags import LaunchPlan, launch_plan
 from sglperf.sglang.intents import DECODE_GRAPH, PREFILL_GRAPH
 
 MODEL_PATH_ENV = "SGLPERF_MODEL_PATH"
+# The emulator's configuration keys this session sets (sglperf.testing.emulator.config.EmulatorConfig's
+# fields: production code never imports the test double, a unit test checks the names).
+EMULATOR_WEIGHT_KEY, EMULATOR_VISION_KEY = "weight_gb_per_gpu", "vision_weight_gb_per_gpu"
+EMULATOR_GPU_MEMORY_KEY = "gpu_memory_gb"
 API_KEY_ENV = "SGLPERF_API_KEY"
 
 
@@ -262,26 +267,47 @@ class LiveSession:
     ) -> dict[str, str]:
         """The emulator's effective args are the real preflight resolution of the same flags.
 
-        Its weight memory defaults to the model's text-only size (plus the MTP layer when speculative
-        decoding is on), like a server that skipped the vision tower; --emulator-config overrides.
+        Its GPUs have the runner's memory and hold the weights the release builds for this variant
+        (`_emulator_weights`), so its KV pool is what a server's would be; --emulator-config overrides.
         """
-        if check.resolution is None or check.resolution.effective is None:
+        resolution = check.resolution
+        if resolution is None or resolution.effective is None:
             raise server.ServerStartError(
                 f"{name}: preflight could not resolve this variant, so the emulator "
                 "has no effective args to serve (see the preflight items)"
             )
         path = results_folder.server_effective_path(self.options.results_dir, name)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"sglang_version": version, "effective": check.resolution.effective}))
-        size = CheckpointFacts(hf_config).size()
-        mtp = deployment.speculative_for(check.variant) is not None
-        config: dict[str, Any] = {
-            "weight_gb_per_gpu": round(
-                size.weight_gib_per_gpu(deployment.launch.tp_size, vision=False, vision_replicated=False, mtp=mtp), 3
-            )
-        }
-        config.update(_variant_config(_user_emulator_config(self.options.emulator_config), check.variant.id))
+        path.write_text(json.dumps({"sglang_version": version, "effective": resolution.effective}))
+        user = _variant_config(_user_emulator_config(self.options.emulator_config), check.variant.id)
+        config: dict[str, Any] = {}
+        if deployment.runner.memory_gib > 0:  # a CPU runner states none: the emulator's default
+            config[EMULATOR_GPU_MEMORY_KEY] = deployment.runner.memory_gib
+        if EMULATOR_WEIGHT_KEY not in user:
+            config.update(self._emulator_weights(name, version, deployment, resolution, hf_config))
+        config.update(user)
         return {"SGLPERF_EMULATOR_EFFECTIVE": str(path), "SGLPERF_EMULATOR_CONFIG": json.dumps(config)}
+
+    def _emulator_weights(
+        self, name: str, version: str, deployment: Deployment, resolution: Resolution, hf_config: dict[str, Any]
+    ) -> dict[str, float]:
+        """The weight memory per GPU a server of this variant reports: the target model as the release
+        builds it (the vision tower only where it is built), else counted from config.json (text only, as a
+        server that skipped the tower), said in a progress line; neither is one line naming the setting."""
+        try:
+            weights = gpu_weights(
+                CheckpointFacts(hf_config), resolution.model, resolution.model_error, deployment.launch.tp_size
+            )
+        except ValueError as exc:
+            raise server.ServerStartError(
+                f"{name}: the emulator cannot size this model's weights with SGLang {version} "
+                f"({str(exc).splitlines()[0]}): give them in GiB per GPU, e.g. --emulator-config "
+                f"'{{\"{EMULATOR_WEIGHT_KEY}\": 20}}'"
+            ) from None
+        if weights.source != "model build":
+            self.progress(f"{name}: emulator weights {weights.text_bytes / GIB:.2f} GiB per GPU, {weights.detail}")
+        vision = weights.vision_bytes if weights.vision_built else 0
+        return {EMULATOR_WEIGHT_KEY: round(weights.text_bytes / GIB, 3), EMULATOR_VISION_KEY: round(vision / GIB, 3)}
 
     def verdicts(self, deployment: Deployment, variant: Variant) -> list[Verdict]:
         running = self.running(deployment, variant)

@@ -422,12 +422,18 @@ def choose_python(python: str | None = None, sglang_version: str | None = None, 
     if importlib.util.find_spec("sglang") is not None:
         return sys.executable
     # The harness's own venv has no SGLang: use the newest managed release rather than fail.
-    ready = sorted((env for env in list_envs() if env.ready), key=lambda env: Version(env.version))
-    if not ready:
+    newest = newest_ready()
+    if newest is None:
         raise EnvBuildError(
             f"no SGLang in this interpreter ({sys.executable}) and no managed SGLang environment: build one with "
             "`sglperf env build 0.5.23` (or pass --sglang-version VERSION, or --sglang-python of your SGLang "
             "environment)"
         )
-    progress(f"no SGLang in {sys.executable}: using the managed SGLang {ready[-1].version} ({ready[-1].python})")
-    return str(ready[-1].python)
+    progress(f"no SGLang in {sys.executable}: using the managed SGLang {newest.version} ({newest.python})")
+    return str(newest.python)
+
+
+def newest_ready() -> SGLangEnv | None:
+    """The newest managed release environment that is built, or None."""
+    ready = sorted((env for env in list_envs() if env.ready), key=lambda env: Version(env.version))
+    return ready[-1] if ready else None

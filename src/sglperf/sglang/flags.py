@@ -117,15 +117,21 @@ def launch_plan(
     where = f"{deployment.path} variant {variant.id!r}"
     argv = [MODEL_PATH_FLAG, model_path, TP_FLAG, str(deployment.launch.tp_size)]
     env = dict(deployment.launch.env)
-    raw: list[str] = list(deployment.launch.extra_flags)
+    # Each part checked where it is written: a flag of [launch] (or of a rule of it) is the deployment's,
+    # said in the same words for every variant (so a report says it once), not the variant's.
+    parts = [(f"{deployment.path} [launch] extra_flags", list(deployment.launch.extra_flags))]
     for rule in deployment.launch.when:
         if _applies(rule.sglang, parser.version):
-            raw += rule.flags
+            parts.append((f"{deployment.path} [[launch.when]] sglang = {rule.sglang!r}", list(rule.flags)))
             env.update(rule.env)
-    raw += variant.flags
-    raw = [token.replace(MODEL_PATH_PLACEHOLDER, model_path) for token in raw]
+    parts.append((where, list(variant.flags)))
     env.update(variant.env)
-    warnings = check_flags(raw, parser, where, architectures)
+    raw: list[str] = []
+    warnings: list[str] = []
+    for written_at, written in parts:
+        flags = [token.replace(MODEL_PATH_PLACEHOLDER, model_path) for token in written]
+        warnings += check_flags(flags, parser, written_at, architectures)
+        raw += flags
     argv += raw
 
     requested: dict[str, object] = dict(variant.request)

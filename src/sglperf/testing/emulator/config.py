@@ -30,8 +30,8 @@ EFFECTIVE_ENV = "SGLPERF_EMULATOR_EFFECTIVE"
 
 DEFAULT_SPEC_STEPS = 3  # what argv-only mode assumes when steps are not given
 
-# Made-up but plausible memory figures for /server_info and the load log.
-GPU_MEM_GB = 48.0
+# Made-up but plausible memory figures for /server_info and the load log (the GPU's own memory and the
+# weights are EmulatorConfig's: the suite sets them from the runner and the model build).
 PREFILL_GRAPH_GB = 0.6
 DECODE_GRAPH_GB = 0.4
 KV_BYTES_PER_TOKEN = 64 * 1024
@@ -55,8 +55,9 @@ class EmulatorConfig:
     accept_prob: float = 0.7  # per-draft acceptance probability
     noise_cv: float = 0.02  # CV of the multiplicative log-normal noise on each step time
     seed: int = 0
-    weight_gb_per_gpu: float = 27.5
+    weight_gb_per_gpu: float = 27.5  # GiB, as SGLang's own figure (the suite: the model as the release builds it)
     vision_weight_gb_per_gpu: float = 0.0  # > 0 emulates "vision tower loaded"
+    gpu_memory_gb: float = 48.0  # each GPU's memory, GiB: the KV pool is what the weights and graphs leave of it
     decode_slowdown: float = 1.0  # multiplier on step time, for regression scenarios
     stream_interval: int = 1  # decode steps per streamed chunk
     eos_after_tokens: int | None = None  # without ignore_eos, stop ("stop" finish) after this many
@@ -94,8 +95,8 @@ class EmulatorConfig:
         for name in ("accept_prob", "retract_fraction"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ConfigError(f"{name} must be within [0, 1], got {getattr(self, name)}")
-        if self.decode_step_s <= 0 or self.decode_slowdown <= 0:
-            raise ConfigError("decode_step_s and decode_slowdown must be > 0")
+        if self.decode_step_s <= 0 or self.decode_slowdown <= 0 or self.gpu_memory_gb <= 0:
+            raise ConfigError("decode_step_s, decode_slowdown and gpu_memory_gb must be > 0")
         if self.shared_memory_bytes < 0:
             raise ConfigError(f"shared_memory_bytes must be >= 0, got {self.shared_memory_bytes}")
         if self.prefill_slots is not None and self.prefill_slots < 1:

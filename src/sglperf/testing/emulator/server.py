@@ -30,7 +30,6 @@ from sglperf.testing.emulator.config import (
     CONFIG_ENV,
     DECODE_GRAPH_GB,
     EFFECTIVE_ENV,
-    GPU_MEM_GB,
     PREFILL_GRAPH_GB,
     ConfigError,
     EmulatorConfig,
@@ -269,7 +268,7 @@ def _start_up(state: EmulatorState) -> None:
     """Emulate model loading: SGLang-like log lines, then ready (or a startup fault)."""
     cfg = state.config
     t0 = time.perf_counter()
-    avail = GPU_MEM_GB - 1.0
+    avail = cfg.gpu_memory_gb - 1.0
     log(f"Load weight begin. avail mem={avail:.2f} GB", rank=True)
     if cfg.shared_memory_bytes:
         state.shared_memory = _map_shared_memory(cfg.shared_memory_bytes, state.launch.port)

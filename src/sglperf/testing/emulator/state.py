@@ -21,7 +21,6 @@ from sglperf.model.server_facts import DECODE_GRAPH_SIZES_FIELD
 from sglperf.sglang.intents import PREFILL_GRAPH
 from sglperf.testing.emulator.config import (
     DECODE_GRAPH_GB,
-    GPU_MEM_GB,
     KV_BYTES_PER_TOKEN,
     PREFILL_GRAPH_GB,
     EmulatorConfig,
@@ -202,11 +201,12 @@ class EmulatorState:
         graph["prefill"] = PREFILL_GRAPH_GB if self.prefill_graph else 0.0
         graph[decode_phase] = DECODE_GRAPH_GB if self.decode_graph else 0.0
         fraction = float(self.effective.get("mem_fraction_static") or 0.88)
-        kv = round(max(0.5, GPU_MEM_GB * fraction - self.weight_gb - sum(graph.values())), 2)
+        gpu = self.config.gpu_memory_gb
+        kv = round(max(0.5, gpu * fraction - self.weight_gb - sum(graph.values())), 2)
         return {
             "weight": round(self.weight_gb, 2),
             "kvcache": kv,
-            "startup_available": round(GPU_MEM_GB - 1.0, 2),
+            "startup_available": round(gpu - 1.0, 2),
             "token_capacity": int(kv * 2**30 / KV_BYTES_PER_TOKEN),
             "token_capacity_swa": None,
             "graph": graph,
