@@ -80,7 +80,7 @@ def _cycle_note(plan: RoundPlan) -> list[str]:
     return [
         f"prompts cycled: each round sends {plan.requests} requests over {plan.prompts} prompts, in turn (a prompt "
         f"up to {times} times, the same order every round); a repeat may prefill from the radix cache, so TTFT "
-        "is partly a cached prefill's: more prompts, or cycle_prompts = false, measure each once"
+        f"is partly a cached prefill's ({plan.requests} prompts would send each once)"
     ]
 
 
