@@ -243,3 +243,5 @@ def test_a_load_the_prompts_cannot_hold_without_repeats_is_refused_before_any_re
     strict = workload("native", cycle_prompts=False)
     with pytest.raises(MeterError, match=r"^w: concurrency 8 is not held: .* at most 4 are ever in flight"):
         measure("http://127.0.0.1:9", strict, prompt_set(4), concurrency=8)
+    with pytest.raises(MeterError, match=r"^w: no prompts to send"):
+        measure("http://127.0.0.1:9", workload("native"), prompt_set(0), concurrency=1)

@@ -521,6 +521,8 @@ def round_plan(workload: Workload, prompts: int, concurrency: int) -> RoundPlan:
     """What every round sends at ``concurrency`` (open loop: the cap in flight) over ``prompts`` prompts: the
     load point's plan (`Workload.round_plan`), an open loop's sends as its schedule has them; a
     :class:`MeterError` naming the workload and what to change when it cannot hold the load."""
+    if prompts < 1:
+        raise MeterError(f"{workload.id}: no prompts to send (an empty prompt set)")
     sends = _open_loop_sends(workload, prompts)
     load, scheduled = LoadPoint(concurrency, workload.rate), None if sends is None else len(sends)
     if (unheld := workload.unheld(load, prompts, scheduled)) is not None:
