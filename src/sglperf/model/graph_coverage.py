@@ -15,8 +15,9 @@ measured rounds' check of what SGLang ran (`sglperf.judge.batch_evidence.judge_i
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from sglperf.model.deployment import Deployment
@@ -49,7 +50,7 @@ class WorkloadBatch:
     load: str  # the load point as the report names it: "concurrency 32", "0.5 req/s, at most 8 in flight"
     batch: int
     bounded_by: str = ""  # what caps it below the load, e.g. "max_running_requests = 16"
-    tag: str = field(default="", compare=False)  # the load point's tag (c32, r0.5): which measurement it is
+    tag: str = dataclasses.field(default="", compare=False)  # the load point's tag (c32, r0.5): which measurement it is
 
     def describe(self) -> str:
         return f"{self.workload} at {self.load}" + (

@@ -371,7 +371,7 @@ class Workload(StrictTable):
             else:
                 held = f"its last {prompts % concurrency} requests run with fewer than {concurrency} in flight"
                 # A max_prompts that holds every concurrency it can, else this one.
-                multiple = math.lcm(*(c for c in self.concurrency if c <= prompts))
+                multiple = math.lcm(concurrency, *(c for c in self.concurrency if c <= prompts))
                 multiple = multiple if multiple <= prompts else concurrency
                 fix = f"set max_prompts = {prompts - prompts % multiple}, "
             return "cycle_prompts", (
