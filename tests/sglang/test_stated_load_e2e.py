@@ -9,6 +9,8 @@ import json
 
 import pytest
 
+from sglperf.baselines import store
+
 from ..support.emulator_runs import Suite
 from ..support.project import SglangPython
 
@@ -75,3 +77,11 @@ def test_concurrency_4_over_2_prompts_runs_4_in_flight_and_a_point_never_reached
         f"rounds show at most {reached} running, not 4; up to "
     ), problem
     run.stdout.fnmatch_lines(["*qwen36-mtp3-prefill-graph-short-answers-c4*", "*ran fewer in flight than it states*"])
+
+    # Recording: the point that never ran its load gets no baseline; the cycled one does.
+    recorded = suite("--update-baselines", "--max-host-load=1", prefill_slots=PREFILL_SLOTS)
+    recorded.assert_outcomes(passed=1, failed=1)
+    baseline = suite.path / "baselines" / "emulator" / "2xA6000" / "qwen36" / "mtp3-prefill-graph.json"
+    entries = store.load(baseline).entries
+    assert "cycled@c4" in entries and "short-answers@c4" not in entries
+    assert entries["cycled@c4"].schedule == "4 requests cycling 2 prompts, 4 in flight"

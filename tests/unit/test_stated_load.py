@@ -34,7 +34,7 @@ def test_a_closed_loop_round_cycles_its_prompts_to_keep_its_concurrency_in_fligh
     # init's four starter prompts at c32: 32 requests, each prompt 8 times (before: 4 requests, 4 in flight).
     assert chat.round_plan(LoadPoint(32), 4) == RoundPlan(requests=32, prompts=4, in_flight=32)
     assert chat.round_plan(LoadPoint(32), 4).cycled
-    # 12 prompts at 8: the last wave full too (16 requests), not 4 in flight for its last third.
+    # 12 prompts at 8: the second wave full too (16 requests), not 4 in flight.
     assert chat.round_plan(LoadPoint(8), 12) == RoundPlan(requests=16, prompts=12, in_flight=8)
     # Whole waves already: each prompt once, as before.
     assert chat.round_plan(LoadPoint(1), 4) == RoundPlan(requests=4, prompts=4, in_flight=1)
