@@ -38,6 +38,7 @@ from sglperf.measure.samples import (
     WorkloadResult,
 )
 from sglperf.model.host_load import HostLoad
+from sglperf.sglang.batch_log import parse_batch_lines
 from sglperf.testing.emulator.timing import expected_accept_length, prompt_tokens_of_text
 
 from ..support.meter import (
@@ -294,3 +295,16 @@ def test_ctrl_c_while_the_meter_parses_a_round_is_raised_at_once(
     raised_after = time.monotonic() - signalled[0]
     assert raised_after < 1.0, f"KeyboardInterrupt {raised_after:.1f} s after Ctrl-C"
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # Python's own again
+
+
+def test_concurrency_8_over_4_prompts_keeps_8_in_flight_cycling_them_in_one_order(emulators: Emulators) -> None:
+    # The "c32 ran 4 in flight", at 8: a round used to send each of its 4 prompts once.
+    log = emulators.tmp / "emulator.log"
+    url = emulators.start(log=log)
+    result = run(url, "native", 8, n=4, warmup=0, repeats=2)
+    assert [r.requests for r in result.rounds] == [8, 8]
+    for r in (0, 1):  # every round the same mix, in the same order
+        assert [s.prompt_id for s in result.samples if s.repeat == r] == ["p0", "p1", "p2", "p3"] * 2
+    # The server's own batch lines: 8 running at once, never more.
+    running = [line.running_req for line in parse_batch_lines(log.read_text()) if line.running_req is not None]
+    assert max(running) == 8, running

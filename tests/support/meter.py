@@ -43,7 +43,8 @@ class Emulators:
         self.tmp = tmp
         self.procs: list[subprocess.Popen[bytes]] = []
 
-    def start(self, spec: bool = False, **config: Any) -> str:
+    def start(self, spec: bool = False, log: Path | None = None, **config: Any) -> str:
+        """An emulator's URL once it is healthy; ``log``: where its stdout (SGLang-like batch lines) goes."""
         port = free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("SGLPERF_EMULATOR")}
         env[CONFIG_ENV] = json.dumps(
@@ -56,12 +57,12 @@ class Emulators:
                 **config,
             }
         )
-        with (self.tmp / f"emu{len(self.procs)}.err").open("wb") as err:
+        with (self.tmp / f"emu{len(self.procs)}.err").open("wb") as err, open(log or os.devnull, "wb") as out:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "sglperf.testing.emulator", "--port", str(port), *(SPEC_ARGV if spec else ())],
                 cwd=ROOT,
                 env=env,
-                stdout=subprocess.DEVNULL,
+                stdout=out,
                 stderr=err,
             )
         self.procs.append(proc)

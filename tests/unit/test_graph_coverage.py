@@ -77,6 +77,7 @@ id = "at-rate"
 prompts = "chat.jsonl"
 output_len = 64
 rate = 2.0
+requests = 16  # enough to reach the cap (11 prompts, taken in turn): fewer is refused at load
 max_concurrency = 16
 
 [[workloads]]

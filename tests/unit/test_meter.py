@@ -236,3 +236,12 @@ def test_malformed_prompt_files_name_file_and_line(tmp_path: Path, text: str, me
 def test_a_url_the_meter_cannot_use_is_one_clear_error() -> None:
     with pytest.raises(MeterError, match="not an http:// or https:// URL"):
         measure("unix:///tmp/sglang.sock", workload("native"), prompt_set(1), concurrency=1)
+
+
+def test_a_load_the_prompts_cannot_hold_without_repeats_is_refused_before_any_request() -> None:
+    # Port 9 (discard): nothing is sent; the refusal comes first, naming the workload and what to change.
+    strict = workload("native", cycle_prompts=False)
+    with pytest.raises(MeterError, match=r"^w: concurrency 8 is not held: .* at most 4 are ever in flight"):
+        measure("http://127.0.0.1:9", strict, prompt_set(4), concurrency=8)
+    with pytest.raises(MeterError, match=r"^w: no prompts to send"):
+        measure("http://127.0.0.1:9", workload("native"), prompt_set(0), concurrency=1)

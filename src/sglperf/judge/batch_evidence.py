@@ -15,6 +15,12 @@ says whether it ran the graph (`sglperf.sglang.batch_log`), so per measured roun
 * otherwise a share between none and all is a note with an eager line quoted;
 * no lines, or no graph field in them, is a note: nothing proven, and never reported as a pass;
 * all or none, as expected, says nothing beyond the counts in the record and the report.
+
+Stated is measured (`judge_in_flight`): the most running requests the rounds' lines show is held against
+the decode batch the load point runs (`sglperf.model.graph_coverage.load_batch`, what preflight judged the
+decode graph's coverage for). A closed loop whose server never ran that many at once fails, naming both
+numbers: the concurrency its name states was not the load it measured. An open loop's ``max_concurrency``
+is a cap the rate may never need: not reaching it is a note.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from sglperf.model.batch_evidence import BatchEvidence, RoundBatches
+from sglperf.model.graph_coverage import WorkloadBatch
 from sglperf.model.intent_names import DECODE_CUDA_GRAPH, PREFILL_CUDA_GRAPH
 from sglperf.sglang.batch_log import BatchLine, parse_batch_lines
 
@@ -151,6 +158,33 @@ def judge(
             notes.append(f"{intent}: {ran} of the {where} ran the graph; eager e.g. {_quote(eager)}")
         # all or none, as expected (or nothing expected): the record's counts say it, no note
     return problems, notes
+
+
+def judge_in_flight(evidence: BatchEvidence, need: WorkloadBatch, *, open_loop: bool) -> tuple[list[str], list[str]]:
+    """(problems, notes): the most requests SGLang ran at once in the measured rounds against ``need``, the
+    load point's decode batch (see the module docstring). Rounds with no line that counts running requests
+    prove nothing (`judge` notes a log without batch lines)."""
+    running = [r.max_running_req for r in evidence.rounds if r.max_running_req is not None]
+    if not running or max(running) >= need.batch:
+        return [], []
+    most, queued = max(running), max((r.max_queue_req or 0 for r in evidence.rounds), default=0)
+    seen = f"SGLang's batch lines in {len(evidence.rounds)} measured rounds show at most {most} running"
+    if open_loop:
+        return [], [
+            f"{need.describe()}: {seen}, never the {need.batch} preflight judged the decode graph for (a rate "
+            "that keeps fewer in flight does not reach its cap)"
+        ]
+    if queued:
+        why = (
+            f"up to {queued} waited in its queue: the server held them back (its KV cache pool, or "
+            "max_running_requests)"
+        )
+    else:
+        why = "none waited in its queue: the requests did not overlap (answers shorter than a wave's prefills)"
+    return [
+        f"{need.describe()} ran fewer in flight than it states: {seen}, not {need.batch}; {why}; the decode "
+        f"batch preflight judged the graphs for never ran, so these numbers are not batch {need.batch}'s"
+    ], []
 
 
 @dataclass(frozen=True)

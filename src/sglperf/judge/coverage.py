@@ -25,9 +25,17 @@ from dataclasses import replace
 from typing import Any
 
 from sglperf.model.deployment import Deployment
-from sglperf.model.graph_coverage import CapturedSizes, CoverageGap, WorkloadBatch, WorkloadPrefill, graph_needs
+from sglperf.model.graph_coverage import (
+    CapturedSizes,
+    CoverageGap,
+    WorkloadBatch,
+    WorkloadPrefill,
+    graph_needs,
+    load_batch,
+)
 from sglperf.model.resolution import EffectiveArgs, Write
 from sglperf.model.verdict import Status, Verdict
+from sglperf.model.workload import LoadPoint, Workload
 from sglperf.sglang.intents import DECODE_GRAPH as DECODE
 from sglperf.sglang.intents import PREFILL_GRAPH as PREFILL
 from sglperf.sglang.intents import DecodeCudaGraph, PrefillCudaGraph
@@ -44,6 +52,17 @@ def workload_batches(deployment: Deployment, fields: Mapping[str, Any]) -> list[
     return graph_needs(deployment).decode_batches(
         _positive_int(fields, DECODE.MAX_RUNNING_FIELD), DECODE.MAX_RUNNING_FIELD
     )
+
+
+def measured_batch(
+    workload: Workload, load: LoadPoint, prompts: int, fields: Mapping[str, Any]
+) -> WorkloadBatch | None:
+    """The decode batch one load point's rounds run over ``prompts`` prompts (`load_batch`: what preflight's
+    coverage holds the graph against), capped by ``max_running_requests`` as these effective args have it;
+    None for an open loop without a cap."""
+    batch = load_batch(workload, load, prompts)
+    field = DECODE.MAX_RUNNING_FIELD
+    return None if batch is None else batch.capped(_positive_int(fields, field), field)
 
 
 def prefill_needs(deployment: Deployment, fields: Mapping[str, Any]) -> list[WorkloadPrefill]:

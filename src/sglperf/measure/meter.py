@@ -23,6 +23,11 @@ measure the neighbour, not SGLang. A ``GpuGuard`` does the same for the server's
 round the meter first waits, a minute at most per measurement, for a quiet half second: a neighbour
 that comes and goes, a GPU that cools, costs time, not rounds.
 
+Closed loop: each round sends the requests of the load point's plan (`Workload.round_plan`), the prompts
+taken in turn, so ``concurrency`` are in flight until the round's last wave: over fewer prompts than that,
+or a number that is not a multiple of it, the prompts are cycled (a workload that forbids it, and whose
+prompts cannot hold the concurrency, is a :class:`MeterError` before the first request).
+
 Open loop (a workload with a ``rate``): each round sends ``requests`` requests (one per prompt by
 default, the prompts taken in turn), or every request due within ``duration_s``, at the offsets of
 `sglperf.measure.arrivals`, whatever the server is doing, with at most max_concurrency in flight when
@@ -76,7 +81,7 @@ from sglperf.model.host_load import HOST_STAYED_BUSY, HostLoad
 from sglperf.model.metrics import METRIC_NAMES, METRICS
 from sglperf.model.prompts import Prompt, PromptSet
 from sglperf.model.server_facts import ServerFacts
-from sglperf.model.workload import Workload
+from sglperf.model.workload import LoadPoint, RoundPlan, Workload
 from sglperf.sglang.server_api import FLUSH_CACHE_PATH, GENERATE_PATHS, NOT_ARGS, SERVER_INFO_PATHS
 
 T = TypeVar("T")
@@ -409,8 +414,9 @@ async def run_workload(
     metrics: MetricsWatch | None = None,
     gpu: GpuGuard | None = None,
 ) -> WorkloadResult:
-    """Warm up, then up to ``workload.repeats`` rounds over every prompt with ``concurrency`` in flight
-    (open loop: the round's requests on their schedule, at most ``concurrency`` in flight).
+    """Warm up, then up to ``workload.repeats`` rounds of the load point's plan (`round_plan`): closed loop,
+    ``concurrency`` in flight, the prompts cycled as needed; open loop, the round's requests on their
+    schedule, at most ``concurrency`` in flight.
 
     Unless the workload reuses the prefix cache, the cache is flushed before every measured round so
     no round benefits from the previous one (or from the warm-up). ``on_round``, when given, sees the
@@ -422,6 +428,9 @@ async def run_workload(
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
     base_url = base_url.rstrip("/")
+    items = prompts.prompts
+    sends = _open_loop_sends(workload, len(items))
+    plan = round_plan(workload, len(items), concurrency)
     started = time.perf_counter()
     session = _Session(base_url, workload, api_key, timeout_s, chunk_timeout_s, model)
     limit = asyncio.Semaphore(concurrency)
@@ -434,9 +443,7 @@ async def run_workload(
     rounds: list[RoundStats] = []
     dropped: list[RoundStats] = []
     try:
-        items = prompts.prompts
         warm = [job(items[i % len(items)], f"{workload.id}/warmup{i}", -1) for i in range(workload.warmup)]
-        sends = _open_loop_sends(workload, len(items))
         for raw in await _bounded(limit, warm):
             session.parse(raw)  # a broken warm-up answer is as much an error as a measured one
         r = 0  # rounds run, dropped ones included: request ids stay unique
@@ -451,7 +458,8 @@ async def run_workload(
             if gpu is not None:
                 gpu.probe.start()
             if sends is None:
-                batch = _bounded(limit, [job(p, f"{workload.id}/r{r}/{p.id}", r) for p in items])
+                turns = [(i, items[i % len(items)]) for i in range(plan.requests)]  # the prompts in turn
+                batch = _bounded(limit, [job(p, _request_id(workload, r, i, p, len(items)), r) for i, p in turns])
             else:
                 scheduled = [
                     (offset, job(items[i % len(items)], f"{workload.id}/r{r}/{i}-{items[i % len(items)].id}", r))
@@ -504,6 +512,24 @@ async def run_workload(
     return replace(result, dropped_rounds=tuple(dropped))
 
 
+def _request_id(workload: Workload, r: int, i: int, prompt: Prompt, prompts: int) -> str:
+    """Closed loop: unique in the run; a cycled prompt's later sends are numbered (p3, p3+1, p3+2)."""
+    return f"{workload.id}/r{r}/{prompt.id}" + (f"+{i // prompts}" if i >= prompts else "")
+
+
+def round_plan(workload: Workload, prompts: int, concurrency: int) -> RoundPlan:
+    """What every round sends at ``concurrency`` (open loop: the cap in flight) over ``prompts`` prompts: the
+    load point's plan (`Workload.round_plan`), an open loop's sends as its schedule has them; a
+    :class:`MeterError` naming the workload and what to change when it cannot hold the load."""
+    if prompts < 1:
+        raise MeterError(f"{workload.id}: no prompts to send (an empty prompt set)")
+    sends = _open_loop_sends(workload, prompts)
+    load, scheduled = LoadPoint(concurrency, workload.rate), None if sends is None else len(sends)
+    if (unheld := workload.unheld(load, prompts, scheduled)) is not None:
+        raise MeterError(f"{workload.id}: {unheld[1]}")
+    return workload.round_plan(load, prompts, scheduled)
+
+
 def _open_loop_sends(workload: Workload, prompts: int) -> tuple[float, ...] | None:
     """An open-loop round's send offsets (the same every round), or None in closed loop."""
     if workload.rate is None:
@@ -514,10 +540,10 @@ def _open_loop_sends(workload: Workload, prompts: int) -> tuple[float, ...] | No
     return arrivals.send_offsets(workload.requests or prompts, *shape)
 
 
-def requests_per_round(workload: Workload, prompts: int) -> int:
-    """How many requests one round sends: each prompt once in closed loop; its schedule's sends in open loop."""
-    sends = _open_loop_sends(workload, prompts)
-    return prompts if sends is None else len(sends)
+def requests_per_round(workload: Workload, prompts: int, concurrency: int = 1) -> int:
+    """How many requests one round sends (`round_plan`): closed loop, whole waves of ``concurrency``; open
+    loop, its schedule's sends."""
+    return round_plan(workload, prompts, concurrency).requests
 
 
 def _behind_schedule(workload: Workload, stats: RoundStats) -> str | None:

@@ -159,12 +159,24 @@ class Deployment(StrictTable):
                     raise ValueError(
                         f"variants[{i}].speculative: merged with [launch.speculative] it is incomplete: {problems}"
                     ) from None
+        self._check_workload_ids()
         self._check_effects()
         if self.runner.is_cpu and self.launch.tp_size != 1:
             raise ValueError(f"launch.tp_size: a CPU runner serves with tp_size 1, not {self.launch.tp_size}")
         if not self.runner.is_cpu and self.launch.tp_size > self.runner.gpu_count:
             raise ValueError(f"launch.tp_size: {self.launch.tp_size} exceeds runner.gpu_count {self.runner.gpu_count}")
         return self
+
+    def _check_workload_ids(self) -> None:
+        """One id, one workload: its id keys its test ids, results files and baseline entries, so two with one id
+        would overwrite each other's (a load point listed twice is refused by the workload itself)."""
+        first: dict[str, int] = {}
+        for i, workload in enumerate(self.workloads):
+            if (j := first.setdefault(workload.id, i)) != i:
+                raise ValueError(
+                    f"workloads[{i}].id: {workload.id!r} is also workloads[{j}].id: the two would share test ids, "
+                    "results files and baseline entries, the later measurement overwriting the earlier; rename one"
+                )
 
     def _check_effects(self) -> None:
         ids = [v.id for v in self.variants]

@@ -191,8 +191,10 @@ def _check_files(deployment: Deployment) -> None:
         missing = "does not exist (preflight reads the draft's config.json: copy it from the draft checkpoint)"
         _check_config_json(draft, _read_text(draft, where, missing=missing), where)
     for i, workload in enumerate(deployment.workloads):
-        if workload.prompts is None:  # synthetic: generated when measured, with the server's tokenizer
+        if workload.synthetic is not None:  # generated when measured, with the server's tokenizer
+            _check_loads(deployment, i, workload.synthetic.prompt_count())
             continue
+        assert workload.prompts is not None  # a workload has one or the other (Workload._one_prompt_set)
         try:
             prompts = (deployment.path.parent / workload.prompts).resolve()
             found = prompts.is_file()
@@ -203,9 +205,20 @@ def _check_files(deployment: Deployment) -> None:
         # Read now, not when the first measurement starts on a GPU runner: a malformed line is one error
         # at load, naming the workload, the file and the line (format: docs/deployments.md#prompt-sets).
         try:
-            load_prompts(prompts)
+            in_set = len(load_prompts(prompts).prompts)
         except PromptError as exc:
             raise DeploymentError(f"{deployment.path}: workloads[{i}].prompts: {exc}") from None
+        _check_loads(deployment, i, in_set)
+
+
+def _check_loads(deployment: Deployment, i: int, in_set: int) -> None:
+    """Every load point of workload ``i`` held by its rounds over its prompts (`Workload.unheld`), or one error
+    naming the field to change."""
+    workload = deployment.workloads[i]
+    for load in workload.load_points():
+        if (unheld := workload.unheld(load, workload.prompts_used(in_set))) is not None:
+            field, line = unheld
+            raise DeploymentError(f"{deployment.path}: workloads[{i}].{field} (workload {workload.id!r}): {line}")
 
 
 def _check_config_json(config: Path, text: str, where: str) -> None:

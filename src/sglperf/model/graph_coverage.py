@@ -7,19 +7,23 @@ SGLang picks the largest size by rules that change with the release, the GPU's m
 parallelism; the rule that picked it travels with the sizes so a failure can quote it.
 
 What the workloads ask of the graphs is reckoned here, once (`graph_needs`): every decode batch a load
-point runs and every workload's longest prefill. Preflight's coverage verdict, the flags a request for a
-graph adds, the live tier's evidence and the meter's report all read these.
+point runs and every workload's longest prefill. The decode batch is what the load point's rounds keep in
+flight (`Workload.round_plan`, the plan the meter sends by), not its concurrency taken on trust.
+Preflight's coverage verdict, the flags a request for a graph adds, the live tier's evidence and the
+measured rounds' check of what SGLang ran (`sglperf.judge.batch_evidence.judge_in_flight`) all read these.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from sglperf.model.deployment import Deployment
-from sglperf.model.prompts import PromptError, load_prompts
+from sglperf.model.prompts import Prompt, PromptError, load_prompts
 from sglperf.model.resolution import Write
-from sglperf.model.workload import RandomPrompts, SharedPrefixPrompts
+from sglperf.model.workload import LoadPoint, RandomPrompts, SharedPrefixPrompts, Workload
 
 
 @dataclass(frozen=True)
@@ -46,11 +50,19 @@ class WorkloadBatch:
     load: str  # the load point as the report names it: "concurrency 32", "0.5 req/s, at most 8 in flight"
     batch: int
     bounded_by: str = ""  # what caps it below the load, e.g. "max_running_requests = 16"
+    tag: str = dataclasses.field(default="", compare=False)  # the load point's tag (c32, r0.5): which measurement it is
 
     def describe(self) -> str:
         return f"{self.workload} at {self.load}" + (
             f" (batch {self.batch}: {self.bounded_by})" if self.bounded_by else ""
         )
+
+    def capped(self, max_running: int | None, field: str = "") -> WorkloadBatch:
+        """This batch capped by the server's most running requests where that is known (``field``: the
+        setting that caps it, as the report names it)."""
+        if max_running is None or max_running >= self.batch:
+            return self
+        return replace(self, batch=max_running, bounded_by=f"{field} = {max_running}")
 
 
 @dataclass(frozen=True)
@@ -76,29 +88,43 @@ class WorkloadPrefill:
         return f"{self.workload}'s prefills of {'' if self.exact else 'up to '}{self.tokens} tokens ({self.how})"
 
 
-def _workload_prefills(deployment: Deployment) -> list[WorkloadPrefill]:
-    """Each workload's longest prompt in tokens: exact for synthetic prompts (made in the server's own
-    tokens), bounded by bytes for a prompt file (`Prompt.token_bound`). A prompt file that cannot be
-    read gives no number; measuring it fails with the file's own error."""
-    needs = []
-    for workload in deployment.workloads:
-        synthetic = workload.synthetic
-        if isinstance(synthetic, RandomPrompts):
-            high = synthetic.length_range()[1]
-            needs.append(WorkloadPrefill(workload.id, high, True, f"random prompts of up to {high} tokens"))
-        elif isinstance(synthetic, SharedPrefixPrompts):
-            # The radix cache serves a prefix from its second request on: a prefill is the suffix.
-            how = f"suffixes of {synthetic.input_len} tokens after a cached prefix"
-            needs.append(WorkloadPrefill(workload.id, synthetic.input_len, True, how))
-        elif workload.prompts is not None:
-            try:
-                prompts = load_prompts(deployment.path.parent / workload.prompts).prompts
-            except PromptError:
-                continue
-            longest = max(p.token_bound for p in prompts[: workload.max_prompts])
-            how = f"{Path(workload.prompts).name} counted in bytes, no tokenizer at hand"
-            needs.append(WorkloadPrefill(workload.id, longest, False, how))
-    return needs
+def _prompt_file(deployment: Deployment, workload: Workload) -> Sequence[Prompt] | None:
+    """The prompts a workload's rounds draw from its file (max_prompts applied); None for synthetic prompts
+    or a file that cannot be read (measuring it fails with the file's own error)."""
+    if workload.prompts is None:
+        return None
+    try:
+        prompts = load_prompts(deployment.path.parent / workload.prompts).prompts
+    except PromptError:
+        return None
+    return prompts[: workload.max_prompts]
+
+
+def _workload_prefill(workload: Workload, prompts: Sequence[Prompt] | None) -> WorkloadPrefill | None:
+    """A workload's longest prompt in tokens: exact for synthetic prompts (made in the server's own tokens),
+    bounded by bytes for a prompt file (`Prompt.token_bound`); None when its file cannot be read."""
+    synthetic = workload.synthetic
+    if isinstance(synthetic, RandomPrompts):
+        high = synthetic.length_range()[1]
+        return WorkloadPrefill(workload.id, high, True, f"random prompts of up to {high} tokens")
+    if isinstance(synthetic, SharedPrefixPrompts):
+        # The radix cache serves a prefix from its second request on: a prefill is the suffix.
+        how = f"suffixes of {synthetic.input_len} tokens after a cached prefix"
+        return WorkloadPrefill(workload.id, synthetic.input_len, True, how)
+    if not prompts or workload.prompts is None:
+        return None
+    how = f"{Path(workload.prompts).name} counted in bytes, no tokenizer at hand"
+    return WorkloadPrefill(workload.id, max(p.token_bound for p in prompts), False, how)
+
+
+def load_batch(workload: Workload, load: LoadPoint, prompts: int | None) -> WorkloadBatch | None:
+    """The largest decode batch ``workload`` runs at ``load`` over ``prompts`` prompts (the set after
+    max_prompts; None: not known, the load's own bound stands): what its rounds keep in flight
+    (`Workload.round_plan`). None for an open loop without max_concurrency: nothing bounds it."""
+    if load.concurrency is None:
+        return None
+    batch = load.concurrency if prompts is None else workload.round_plan(load, prompts).in_flight
+    return WorkloadBatch(workload.id, load.describe(), batch or load.concurrency, tag=load.tag)
 
 
 @dataclass(frozen=True)
@@ -117,12 +143,7 @@ class GraphNeeds:
     def decode_batches(self, max_running: int | None = None, field: str = "") -> list[WorkloadBatch]:
         """The batches, capped by the server's most running requests where that is known (``field``: the
         setting that caps them, as the report names it)."""
-        return [
-            replace(b, batch=max_running, bounded_by=f"{field} = {max_running}")
-            if max_running is not None and max_running < b.batch
-            else b
-            for b in self.batches
-        ]
+        return [b.capped(max_running, field) for b in self.batches]
 
     def prefills_in_chunks(self, chunk: int | None = None, field: str = "") -> list[WorkloadPrefill]:
         """Each workload's longest prefill, cut to the chunked prefill size: SGLang prefills a longer prompt
@@ -148,10 +169,15 @@ class GraphNeeds:
 
 def graph_needs(deployment: Deployment) -> GraphNeeds:
     """What every workload of ``deployment`` asks of the graphs."""
-    batches = tuple(
-        WorkloadBatch(workload.id, load.describe(), load.concurrency)
-        for workload in deployment.workloads
-        for load in workload.load_points()
-        if load.concurrency is not None
-    )
-    return GraphNeeds(batches, tuple(_workload_prefills(deployment)))
+    batches: list[WorkloadBatch] = []
+    prefills: list[WorkloadPrefill] = []
+    for workload in deployment.workloads:
+        prompts = _prompt_file(deployment, workload)
+        if workload.synthetic is not None:
+            count: int | None = workload.prompts_used(workload.synthetic.prompt_count())
+        else:
+            count = len(prompts) if prompts else None
+        batches += [b for load in workload.load_points() if (b := load_batch(workload, load, count)) is not None]
+        if (prefill := _workload_prefill(workload, prompts)) is not None:
+            prefills.append(prefill)
+    return GraphNeeds(tuple(batches), tuple(prefills))

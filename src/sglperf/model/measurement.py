@@ -19,7 +19,7 @@ from sglperf.model.metrics import MetricOutcome
 from sglperf.model.numbers_source import NumbersSource
 from sglperf.model.server_metrics import ServerMetricsRecord
 from sglperf.model.variant_effect import ExpectedEffect
-from sglperf.model.workload import LoadPoint
+from sglperf.model.workload import LoadPoint, RoundPlan
 
 
 class _Strict(BaseModel):
@@ -142,6 +142,9 @@ class MeasurementRecord(BaseModel):
     workload: SafeName
     concurrency: int  # open loop: the most in flight
     rate: float | None = None  # open loop: requests per second
+    # What every round sent: how many requests, over how many prompts (more requests: the prompts were cycled),
+    # at most how many in flight. None: written before sglperf kept it (a closed loop then sent each prompt once).
+    sends: RoundPlan | None = None
     emulated: bool
     sglang_version: str
     provenance: Provenance

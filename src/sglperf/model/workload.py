@@ -1,5 +1,17 @@
 """Workloads (a deployment's ``[[workloads]]``): the prompts, the load points they are measured at (closed
-loop at a concurrency, open loop at a rate, a capacity search over rates), the SLO and the rounds."""
+loop at a concurrency, open loop at a rate, a capacity search over rates), the SLO and the rounds.
+
+The stated load is the measured load (`Workload.round_plan`). A closed-loop round at concurrency C sends
+C x ceil(N / C) requests over its N prompts, request i with prompt i mod N: C in flight from its first
+request until its last wave, where equal answers (every request decodes ``output_len`` tokens) end
+together. N < C cycles the prompts (8 requests over 4 prompts, each twice), and so does an N that is
+not a multiple of C (12 prompts at 8: 16 requests, the first 4 prompts twice), whose last wave would
+otherwise run N mod C in flight. Cycling is the default: every round still sends the same prompts in
+the same order, and the record says it cycled. A workload that must not send a prompt twice in a round
+(``cycle_prompts = false``: a repeat may prefill from the radix cache) is refused at load where its
+prompts cannot hold a concurrency. An open loop's ``max_concurrency`` is a cap, not a target: its
+round must send at least that many requests, or it is refused at load (cycling there is ``requests``).
+"""
 
 from __future__ import annotations
 
@@ -55,7 +67,37 @@ class Capacity(StrictTable):
     def _ascending(cls, value: list[float]) -> list[float]:
         if any(b <= a for a, b in itertools.pairwise(value)):
             raise ValueError(f"capacity rates must rise, each once (got {value})")
+        for a, b in itertools.pairwise(value):
+            if (tag := LoadPoint(None, a).tag) == LoadPoint(None, b).tag:
+                raise ValueError(
+                    f"capacity rates {a!r} and {b!r} are one load point to sglperf ({tag}: rates keep 6 significant "
+                    "digits in test ids and baseline keys), so they would share one baseline entry, the later "
+                    "overwriting the earlier; remove one or set them further apart"
+                )
         return value
+
+
+class RoundPlan(StrictTable):
+    """What every measured round of one load point sends (`Workload.round_plan`): ``requests`` requests,
+    the i-th with prompt i mod ``prompts`` of the set, at most ``in_flight`` at once."""
+
+    requests: int = Field(ge=1)
+    prompts: int = Field(ge=1, description="the prompts a round draws from (the set after max_prompts)")
+    in_flight: int | None = Field(
+        default=None, ge=1, description="the most a round keeps in flight; None: an open loop without a cap"
+    )
+
+    @property
+    def cycled(self) -> bool:
+        """Whether a round sends some prompt more than once."""
+        return self.requests > self.prompts
+
+    def describe(self) -> str:
+        """What a round sends, in words: "32 requests cycling 4 prompts, 32 in flight"."""
+        flight = f", {self.in_flight} in flight" if self.in_flight is not None else ""
+        if self.cycled:
+            return f"{self.requests} requests cycling {self.prompts} prompts{flight}"
+        return f"{self.requests} requests, one per prompt{flight}"
 
 
 @dataclass(frozen=True)
@@ -187,6 +229,11 @@ class Workload(StrictTable):
         default=None, description="prompts generated in tokens of the server's own tokenizer (or prompts)"
     )
     max_prompts: int | None = Field(default=None, ge=1, description="use only the first N prompts of the set")
+    cycle_prompts: bool = Field(
+        default=True,
+        description="closed loop: send prompts again, in turn, to keep the concurrency in flight for the whole "
+        "round; false: each prompt at most once a round (a concurrency its prompts cannot hold is refused)",
+    )
     output_len: int = Field(default=256, ge=1)
     concurrency: list[int] = Field(default_factory=lambda: [1])
     rate: float | None = Field(
@@ -289,6 +336,66 @@ class Workload(StrictTable):
             return [LoadPoint(c) for c in self.concurrency]
         return [LoadPoint(self.max_concurrency, self.rate)]
 
+    def prompts_used(self, in_set: int) -> int:
+        """How many prompts of a set of ``in_set`` the rounds draw from (the first ``max_prompts``)."""
+        return min(in_set, self.max_prompts or in_set)
+
+    def round_plan(self, load: LoadPoint, prompts: int, scheduled: int | None = None) -> RoundPlan:
+        """What every round at ``load`` sends over ``prompts`` prompts (the set after max_prompts; see the
+        module docstring). ``scheduled``: an open loop bounded by ``duration_s``, the sends its schedule puts
+        in a round (`sglperf.measure.arrivals`); without it, rate x duration_s. A plan that cannot hold the
+        load says so in `unheld`; ``in_flight`` is then the most it reaches."""
+        if load.rate is None:
+            concurrency = load.concurrency or 1
+            waves = -(-prompts // concurrency)  # ceil: the last wave full too
+            requests = concurrency * waves if self.cycle_prompts else prompts
+            return RoundPlan(requests=requests, prompts=prompts, in_flight=min(concurrency, requests))
+        if self.duration_s is not None:
+            requests = scheduled if scheduled is not None else max(1, math.ceil(load.rate * self.duration_s))
+        else:
+            requests = self.requests or prompts
+        cap = None if load.concurrency is None else min(load.concurrency, requests)
+        return RoundPlan(requests=requests, prompts=prompts, in_flight=cap)
+
+    def unheld(self, load: LoadPoint, prompts: int, scheduled: int | None = None) -> tuple[str, str] | None:
+        """(the field to change, one line saying why and what to change) when rounds at ``load`` over
+        ``prompts`` prompts cannot hold it (`round_plan`); None when they do."""
+        plan = self.round_plan(load, prompts, scheduled)
+        if load.rate is None:
+            concurrency = load.concurrency or 1
+            if plan.requests % concurrency == 0:
+                return None
+            # cycle_prompts = false (cycling always fills the last wave)
+            if prompts < concurrency:
+                held, fix = f"at most {prompts} are ever in flight", ""
+            else:
+                held = f"its last {prompts % concurrency} requests run with fewer than {concurrency} in flight"
+                # A max_prompts that holds every concurrency it can, else this one.
+                multiple = math.lcm(concurrency, *(c for c in self.concurrency if c <= prompts))
+                multiple = multiple if multiple <= prompts else concurrency
+                fix = f"set max_prompts = {prompts - prompts % multiple}, "
+            return "cycle_prompts", (
+                f"concurrency {concurrency} is not held: with cycle_prompts = false a round sends each of its "
+                f"{prompts} prompts once, so {held}; {fix}remove cycle_prompts = false (prompts sent again, in "
+                f"turn), add prompts, or lower the concurrency"
+            )
+        if load.concurrency is None or plan.requests >= load.concurrency:
+            return None
+        at = f" at {load.rate:g} req/s" if self.capacity is not None else ""
+        if self.duration_s is not None:
+            about = "about " if scheduled is None else ""
+            sends = f"{about}{plan.requests} requests (duration_s {self.duration_s:g} at {load.rate:g} req/s)"
+            fix = f"lengthen duration_s to at least {math.ceil(load.concurrency / load.rate):g} s"
+        elif self.requests is not None:
+            sends, fix = f"requests = {self.requests}", f"set requests = {load.concurrency} or more"
+        else:
+            sends = f"{prompts} requests, one per prompt"
+            fix = f"set requests = {load.concurrency} or more (the prompts are taken in turn)"
+        return "max_concurrency", (
+            f"max_concurrency {load.concurrency} is never reached{at}: a round sends {sends}; {fix}, or lower "
+            "max_concurrency"
+        )
+
     def at(self, load: LoadPoint) -> Workload:
         """The workload as measured at one of its load points: a capacity search's step is an open-loop
         workload at that rate, run for all its rounds (its sign test needs them, not a sequential stop)."""
@@ -296,10 +403,12 @@ class Workload(StrictTable):
             return self
         return self.model_copy(update={"rate": load.rate, "sequential": False})
 
-    def schedule(self) -> str:
-        """What must match for an open-loop baseline to be comparable: everything that shapes the sends."""
+    def schedule(self, plan: RoundPlan | None = None) -> str:
+        """What must match for a baseline to be comparable: everything that shapes the sends. Closed loop:
+        nothing beyond the prompts (their digest) and the concurrency, unless the rounds cycle the prompts
+        (``plan``), which a round that sent each prompt once did not."""
         if self.rate is None:
-            return ""
+            return plan.describe() if plan is not None and plan.cycled else ""
         cap = self.max_concurrency or "none"
         burst = f" burstiness={self.burstiness:g}" if self.arrival == "poisson" else ""
         bound = f"requests={self.requests or 'prompts'}"
@@ -312,6 +421,11 @@ class Workload(StrictTable):
     def _positive(cls, value: list[int]) -> list[int]:
         if not value or any(c < 1 for c in value):
             raise ValueError("concurrency must be a non-empty list of integers >= 1")
+        if twice := sorted({c for c in value if value.count(c) > 1}):
+            raise ValueError(
+                f"concurrency {', '.join(map(str, twice))} is listed twice: one load point, one test id and one "
+                "baseline entry, which the second measurement would overwrite; list each concurrency once"
+            )
         return value
 
     @field_validator("thresholds")

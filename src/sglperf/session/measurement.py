@@ -3,10 +3,12 @@
 The order is the reason this is a unit of its own:
 1. provenance, then the baseline looked up once (`regression.look_up`): the sequential plan tests
    against that entry while the rounds run, and the verdict compares with the same entry after them;
-2. the meter, inside the guards that may drop a round (host load, GPU telemetry) and the readers
-   that watch it (the server's /metrics, its log between round marks);
-3. what the server ran (batch lines), what disturbed the rounds, the verdict (or the new baseline,
-   refused when the variant's effective args or its rounds were wrong), the roofline;
+2. the meter, sending the load point's plan (`Workload.round_plan`: the prompts cycled to keep its
+   concurrency in flight), inside the guards that may drop a round (host load, GPU telemetry) and the
+   readers that watch it (the server's /metrics, its log between round marks);
+3. what the server ran (batch lines, held against the batch preflight judged the graphs for), what
+   disturbed the rounds, the verdict (or the new baseline, refused when the variant's effective args or
+   its rounds were wrong), the roofline;
 4. the record, written atomically beside its raw result; its numbers are reported even when the
    file cannot be written.
 Everything the variant's preflight and config.json say comes from its `RunningVariant`, read once.
@@ -24,7 +26,7 @@ import numpy as np
 
 from sglperf.baselines import regression, roofline, server_moves, store
 from sglperf.baselines.sequential import SequentialPlan, SequentialPlanError
-from sglperf.judge import batch_evidence
+from sglperf.judge import batch_evidence, coverage
 from sglperf.measure import meter, synthetic
 from sglperf.measure.samples import WorkloadResult
 from sglperf.measure.server_scrape import MetricsWatch
@@ -32,6 +34,7 @@ from sglperf.model.batch_evidence import BatchEvidence
 from sglperf.model.deployment import Deployment, Variant
 from sglperf.model.files import os_problem
 from sglperf.model.gpu_telemetry import DEFAULT_MAX_GPU_THROTTLE, GpuLimits, GpuTelemetrySummary
+from sglperf.model.graph_coverage import WorkloadBatch
 from sglperf.model.hardware import memory_bandwidth
 from sglperf.model.host_load import DEFAULT_MAX_HOST_LOAD, HostLoadSummary
 from sglperf.model.measurement import BaselineStatus, MeasurementRecord, Provenance, Roofline, Rounds
@@ -42,7 +45,7 @@ from sglperf.model.prompts import PromptSet, load_prompts
 from sglperf.model.server_facts import ServerFacts
 from sglperf.model.server_metrics import ServerMetricsRecord
 from sglperf.model.verdict import Verdict
-from sglperf.model.workload import LoadPoint, Workload
+from sglperf.model.workload import LoadPoint, RoundPlan, Workload
 from sglperf.results import folder as results_folder
 from sglperf.runtime import gpu_telemetry, host_probe, provenance
 from sglperf.runtime.log_windows import RoundLogWindows
@@ -67,6 +70,18 @@ def _schedule_notes(workload: Workload, result: WorkloadResult) -> list[str]:
     if behind:
         notes.append(f"{len(behind)} round(s) dropped and measured again: the client fell behind its schedule")
     return notes
+
+
+def _cycle_note(plan: RoundPlan) -> list[str]:
+    """Closed or open loop: a round that sends some prompt more than once says so, and what that means."""
+    if not plan.cycled:
+        return []
+    times = -(-plan.requests // plan.prompts)
+    return [
+        f"prompts cycled: each round sends {plan.requests} requests over {plan.prompts} prompts, in turn (a prompt "
+        f"up to {times} times, the same order every round); a repeat may prefill from the radix cache, so TTFT "
+        f"is partly a cached prefill's ({plan.requests} prompts would send each once)"
+    ]
 
 
 def baseline_path(options: LiveOptions, running: RunningVariant) -> Path:
@@ -115,6 +130,7 @@ class Measurement:
         self.workload = workload.at(load)
         self.load = load
         self.concurrency = load.concurrency or 1  # the most in flight; open loop uncapped: set by run()
+        self.plan: RoundPlan | None = None  # what every round sends: set by run(), from the prompts
         self.progress = progress
         self.wrong_args = wrong_args
         deployment, variant = running.deployment, running.variant
@@ -130,7 +146,9 @@ class Measurement:
         running, workload = self.running, self.workload
         prompts = self._prompts()
         # Open loop without a cap: as many in flight as a round sends.
-        self.concurrency = self.load.concurrency or meter.requests_per_round(workload, len(prompts.prompts))
+        count = len(prompts.prompts)
+        self.concurrency = self.load.concurrency or meter.requests_per_round(workload, count)
+        self.plan = meter.round_plan(workload, count, self.concurrency)  # refuses a load it cannot hold
         prov = provenance.provenance(
             runner=running.deployment.runner.name,
             facts=running.facts,
@@ -145,7 +163,7 @@ class Measurement:
         lookup = None
         if not self.options.update_baselines:
             entry_key = store.entry_key(workload.id, self.concurrency, workload.rate)
-            lookup = regression.look_up(self.path, prov, entry_key, self.record_command, workload.schedule())
+            lookup = regression.look_up(self.path, prov, entry_key, self.record_command, workload.schedule(self.plan))
         plan, why = self._sequential_plan(lookup)
         self.started_at = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
         result, guards, stop_reasons = self._meter(prompts, plan, lookup)
@@ -201,7 +219,10 @@ class Measurement:
             return decision.stop
 
         kind = f"synthetic prompts ({workload.synthetic.describe()})" if workload.synthetic else "prompts"
-        if workload.rate is None:
+        assert self.plan is not None  # set by run()
+        if workload.rate is None and self.plan.cycled:
+            sends = f"{self.plan.requests} requests cycling {len(prompts.prompts)} {kind}, {self.concurrency} in flight"
+        elif workload.rate is None:
             sends = f"{len(prompts.prompts)} {kind}"
         else:
             sends = f"{meter.requests_per_round(workload, len(prompts.prompts))} requests at {workload.schedule()}"
@@ -274,7 +295,7 @@ class Measurement:
             samples,
             server_moves.baseline_series(server_metrics.series) if server_metrics else None,
             rate=workload.rate,
-            schedule=workload.schedule(),
+            schedule=workload.schedule(self.plan),
         )
         if lookup is None:
             verdict = self._record_baseline(prov, entry, batch_problems)
@@ -299,6 +320,7 @@ class Measurement:
             notes.append(dropped)
         notes += sorted({r.gpu.note for r in result.rounds if r.gpu and r.gpu.note})
         notes += _schedule_notes(workload, result)
+        notes += _cycle_note(self.plan) if self.plan is not None else []
         if roof is not None and roof.problem:  # above the limit: the inputs or the measurement are wrong
             notes.append(roof.problem)
         record = MeasurementRecord(
@@ -309,6 +331,7 @@ class Measurement:
             workload=workload.id,
             concurrency=self.concurrency,
             rate=workload.rate,
+            sends=self.plan,
             emulated=running.facts.emulated,
             sglang_version=running.facts.version,
             provenance=prov,
@@ -376,12 +399,24 @@ class Measurement:
             _decode_graph_sizes(running.facts),
             _prefill_graph_sizes(running.facts),
         )
+        need = self._stated_batch()
+        if need is not None:
+            short, said = batch_evidence.judge_in_flight(evidence, need, open_loop=self.workload.rate is not None)
+            problems, notes = problems + short, notes + said
         if windows.truncated:
             cut = ", ".join(map(str, windows.truncated))
             notes.append(f"{windows.path}: rounds {cut} logged over {windows.limit_bytes} bytes; read that much")
         if batch_evidence.NO_GRAPH_FIELD in notes:
             say_once(self.progress, f"SGLang {running.facts.version}: {batch_evidence.NO_GRAPH_FIELD}")
         return evidence, problems, notes
+
+    def _stated_batch(self) -> WorkloadBatch | None:
+        """The decode batch this load point runs, as preflight's coverage judged it (`coverage.measured_batch`:
+        the rounds' plan, capped by the server's max_running_requests); None for an open loop without a cap."""
+        if self.plan is None:
+            return None
+        effective = self.running.facts.effective
+        return coverage.measured_batch(self.workload, self.load, self.plan.prompts, effective)
 
     def _metrics_watch(self) -> MetricsWatch | None:
         """What the meter reads from the server's /metrics, or None when it is off for this server."""
