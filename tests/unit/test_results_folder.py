@@ -11,6 +11,7 @@ import pytest
 from sglperf.history import ingest
 from sglperf.model.item_outcome import ItemOutcome
 from sglperf.model.verdict import Status
+from sglperf.model.workload import measurement_key
 from sglperf.results import folder as results_folder
 from sglperf.results.folder import LineKind, NoResults, ResultsError, RunStamp, collect
 
@@ -32,8 +33,8 @@ def test_every_name_a_run_writes(tmp_path: Path) -> None:
 
 
 def test_the_measurement_key_is_the_items_name_and_the_records_file() -> None:
-    assert results_folder.measurement_key("qwen36", "mtp1", "chat", "c8") == "qwen36-mtp1-chat-c8"
-    assert results_folder.measurement_key("qwen36", "mtp1", "chat", "r4") == "qwen36-mtp1-chat-r4"
+    assert measurement_key("qwen36", "mtp1", "chat", "c8") == "qwen36-mtp1-chat-c8"
+    assert measurement_key("qwen36", "mtp1", "chat", "r4") == "qwen36-mtp1-chat-r4"
 
 
 def test_appended_lines_are_stamped_and_read_back_as_this_runs(tmp_path: Path) -> None:

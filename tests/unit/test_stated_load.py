@@ -256,3 +256,42 @@ def test_init_proposes_only_loads_its_starter_prompts_hold_and_a_concurrency_add
     path.write_text(text.replace("concurrency = [1]\n", "concurrency = [1, 32]\ncycle_prompts = false\n"))
     with pytest.raises(DeploymentError, match=r"concurrency 32 is not held: .* at most 4 are ever in flight"):
         load(path)
+
+
+def test_two_measurements_meeting_on_one_key_are_refused_at_load(tmp_path: Path) -> None:
+    """Found while building the stated load: variant 'mtp3' with workload 'full-decode' and variant 'mtp3-full'
+    with workload 'decode' both measured into 'x-mtp3-full-decode-c1', the later overwriting the earlier."""
+    from sglperf.model.deployment_file import DeploymentError, load
+
+    from ..support.project import ROOT
+
+    path = tmp_path / "x.toml"
+    path.write_text(
+        f"""
+[model]
+key = "x"
+served_path = "/m"
+config = "{ROOT / "models" / "tiny-qwen3" / "config.json"}"
+[runner]
+name = "r"
+gpu_count = 1
+gpu_name = "NVIDIA L40S"
+compute_capability = "8.9"
+memory_gib = 48
+[launch]
+tp_size = 1
+[[variants]]
+id = "mtp3"
+[[variants]]
+id = "mtp3-full"
+[[workloads]]
+id = "full-decode"
+prompts = "{ROOT / "data" / "prompts" / "chat.jsonl"}"
+[[workloads]]
+id = "decode"
+prompts = "{ROOT / "data" / "prompts" / "chat.jsonl"}"
+"""
+    )
+    with pytest.raises(DeploymentError) as raised:
+        load(path)
+    assert "both measure into 'x-mtp3-full-decode-c1'" in str(raised.value)

@@ -20,7 +20,7 @@ from sglperf.model.intent_names import INTENT_NAMES, SPECULATIVE
 from sglperf.model.metrics import METRICS, with_inherited_floors
 from sglperf.model.runner_profile import RunnerProfile
 from sglperf.model.variant_effect import ExpectedEffect
-from sglperf.model.workload import Workload
+from sglperf.model.workload import Workload, measurement_key
 
 
 class Model(StrictTable):
@@ -177,6 +177,20 @@ class Deployment(StrictTable):
                     f"workloads[{i}].id: {workload.id!r} is also workloads[{j}].id: the two would share test ids, "
                     "results files and baseline entries, the later measurement overwriting the earlier; rename one"
                 )
+        # Ids hold hyphens: variant "mtp3" with workload "full-decode" and variant "mtp3-full" with workload
+        # "decode" both measure into qwen36-mtp3-full-decode-c1, the later record overwriting the earlier.
+        named: dict[str, tuple[str, str]] = {}
+        for variant in self.variants:
+            for workload in self.workloads:
+                for load in workload.load_points():
+                    key = measurement_key(self.key, variant.id, workload.id, load.tag)
+                    other = named.setdefault(key, (variant.id, workload.id))
+                    if other != (variant.id, workload.id):
+                        raise ValueError(
+                            f"variants, workloads: variant {variant.id!r} with workload {workload.id!r} and variant "
+                            f"{other[0]!r} with workload {other[1]!r} both measure into {key!r} (ids joined by "
+                            "hyphens): one would overwrite the other's results; rename a variant or a workload"
+                        )
 
     def _check_effects(self) -> None:
         ids = [v.id for v in self.variants]

@@ -100,6 +100,12 @@ class RoundPlan(StrictTable):
         return f"{self.requests} requests, one per prompt{flight}"
 
 
+def measurement_key(deployment: str, variant: str, workload: str, load_tag: str) -> str:
+    """A measurement's name: its record's file stem, its item's name (`pytest -k KEY`), its history series.
+    Ids hold hyphens, so two measurements can meet on one key: a deployment file is refused when they do."""
+    return f"{deployment}-{variant}-{workload}-{load_tag}"
+
+
 @dataclass(frozen=True)
 class LoadPoint:
     """One load a workload is measured at: ``concurrency`` requests in flight (closed loop), or requests

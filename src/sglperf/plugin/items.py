@@ -16,7 +16,7 @@ from sglperf.model.deployment_file import load
 from sglperf.model.measurement import MeasurementRecord
 from sglperf.model.numbers_source import NumbersSource
 from sglperf.model.verdict import Status, Verdict
-from sglperf.model.workload import LoadPoint
+from sglperf.model.workload import LoadPoint, measurement_key
 from sglperf.plugin.keys import CONFIGS_WRITTEN_KEY, LIVE_KEY, PREFLIGHT_KEY, xdist_worker
 from sglperf.results import folder as results_folder
 from sglperf.runtime.provenance import effective_config_record
@@ -94,7 +94,7 @@ class VariantNode(pytest.Collector):
             for point in workload.load_points():
                 yield MeasureItem.from_parent(
                     self,
-                    name=results_folder.measurement_key(d.key, variant.id, workload.id, point.tag),
+                    name=measurement_key(d.key, variant.id, workload.id, point.tag),
                     deployment=d,
                     variant_id=variant.id,
                     intent="",
@@ -127,7 +127,7 @@ class EffectsNode(pytest.Collector):
                 for point in workload.load_points():
                     yield VariantEffectItem.from_parent(
                         self,
-                        name=results_folder.measurement_key(d.key, variant.id, workload.id, point.tag) + "-effect",
+                        name=measurement_key(d.key, variant.id, workload.id, point.tag) + "-effect",
                         deployment=d,
                         variant_id=variant.id,
                         intent="",

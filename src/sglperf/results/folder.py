@@ -72,11 +72,6 @@ class LineKind(str, Enum):
 VERDICTS_GLOB = LineKind.VERDICTS.glob
 
 
-def measurement_key(deployment: str, variant: str, workload: str, load_tag: str) -> str:
-    """A measurement's name: its record's file stem, its item's name (`pytest -k KEY`), its history series."""
-    return f"{deployment}-{variant}-{workload}-{load_tag}"
-
-
 def measurement_path(folder: Path, key: str) -> Path:
     return folder / MEASUREMENTS_DIR / f"{key}.json"
 

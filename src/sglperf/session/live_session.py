@@ -25,7 +25,7 @@ from sglperf.model.progress import Progress
 from sglperf.model.resolution import Resolution
 from sglperf.model.server_facts import ServerFacts
 from sglperf.model.verdict import Verdict
-from sglperf.model.workload import LoadPoint, Workload
+from sglperf.model.workload import LoadPoint, Workload, measurement_key
 from sglperf.results import folder as results_folder
 from sglperf.runtime import gpus, server, server_info
 from sglperf.runtime.attach import AttachedServer, AttachError, DeclaredGpus, attached_profile_problems, read_attached
@@ -385,8 +385,7 @@ class LiveSession:
         """This run's measurements of the reference variant and of ``variant`` at one point: this
         process's, or another xdist worker's file. LiveSkip when either was not measured."""
         keys = {
-            v: results_folder.measurement_key(deployment.key, v, workload.id, load.tag)
-            for v in (deployment.reference, variant.id)
+            v: measurement_key(deployment.key, v, workload.id, load.tag) for v in (deployment.reference, variant.id)
         }
         this_run = self.options.run.run_id if self.options.run else None
         records = {

@@ -45,7 +45,7 @@ from sglperf.model.prompts import PromptSet, load_prompts
 from sglperf.model.server_facts import ServerFacts
 from sglperf.model.server_metrics import ServerMetricsRecord
 from sglperf.model.verdict import Verdict
-from sglperf.model.workload import LoadPoint, RoundPlan, Workload
+from sglperf.model.workload import LoadPoint, RoundPlan, Workload, measurement_key
 from sglperf.results import folder as results_folder
 from sglperf.runtime import gpu_telemetry, host_probe, provenance
 from sglperf.runtime.log_windows import RoundLogWindows
@@ -134,7 +134,7 @@ class Measurement:
         self.progress = progress
         self.wrong_args = wrong_args
         deployment, variant = running.deployment, running.variant
-        self.key = results_folder.measurement_key(deployment.key, variant.id, workload.id, load.tag)
+        self.key = measurement_key(deployment.key, variant.id, workload.id, load.tag)
         self.path = baseline_path(options, running)
         self.thresholds = deployment.thresholds_for(workload)
         self.started_at: str | None = None  # ISO UTC, set when the rounds begin
