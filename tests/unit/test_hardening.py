@@ -22,6 +22,7 @@ from sglperf import cli, preflight
 from sglperf.baselines import regression, store
 from sglperf.model.deployment_file import DeploymentError, load
 from sglperf.model.measurement import BaselineStatus
+from sglperf.model.prompts import load_prompts
 from sglperf.model.server_facts import ServerFacts
 from sglperf.model.verdict import Status, Verdict
 from sglperf.runtime import server
@@ -699,3 +700,70 @@ def test_fuzz_measurement_record_mutated(tmp_path: Path, data: st.DataObject) ->
 @given(value=JSON_VALUES)
 def test_fuzz_measurement_record_jsonish(tmp_path: Path, value: Any) -> None:
     _check_report_of(tmp_path, json.dumps(value).encode())
+
+
+# -- prompt files, read when a deployment loads (preflight, collection): a prompt set or one line --------
+
+PROMPT_VALUES = st.recursive(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(),
+        st.floats(),
+        st.text(max_size=8),
+        st.sampled_from(["user", "system", "assistant", "id", "\ud800", "x\udfff"]),
+    ),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.dictionaries(st.sampled_from(["id", "messages", "role", "content", "x"]), inner, max_size=3),
+    ),
+    max_leaves=8,
+)
+
+
+def _check_prompt_line(project: Path, line: str) -> None:
+    """A prompt file of one good line and ``line``: loads, or one DeploymentError naming the file; a loaded
+    set is what the meter sends (text, chat messages as JSON, the token bound)."""
+    prompts = project / "data" / "prompts" / "chat.jsonl"
+    good = json.dumps({"id": "a", "messages": [{"role": "user", "content": "hello"}]})
+    prompts.write_text(good + "\n" + line + "\n")
+    try:
+        deployment = load(project / "deployments" / "qwen36.toml")
+    except DeploymentError as exc:
+        assert "chat.jsonl:2" in str(exc) and "\n" not in str(exc), str(exc)
+        return
+    assert deployment is not None
+    loaded = load_prompts(prompts)
+    for prompt in loaded.prompts:
+        json.dumps(prompt.chat_messages(), ensure_ascii=False).encode()
+        assert prompt.token_bound > 0 and prompt.text.encode()
+
+
+@pytest.fixture(scope="module")
+def prompt_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_project(tmp_path_factory.mktemp("prompts"), QWEN36.read_text())
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        r'{"id": "b", "messages": [{"role": [], "content": "x"}]}',
+        r'{"id": "b", "messages": [{"role": {"a": 1}, "content": "x"}]}',
+        r'{"id": "b", "messages": [{"role": "user", "content": "x\ud800"}]}',
+        r'{"id": "b\udfff", "messages": [{"role": "user", "content": "x"}]}',
+        "[" * 100_000 + "]" * 100_000,
+    ],
+)
+def test_prompt_lines_of_the_wrong_shape_are_one_error(prompt_project: Path, line: str) -> None:
+    """Found by the audit: valid JSON of the wrong shape (a list for a role: TypeError unhashable; a lone
+    surrogate escape: UnicodeEncodeError at the token bound; nesting: RecursionError) crashed preflight and
+    collection, which read every prompt file when the deployment loads."""
+    _check_prompt_line(prompt_project, line)
+
+
+@FUZZ
+@given(value=PROMPT_VALUES, wrapped=st.booleans())
+def test_fuzz_prompt_lines(prompt_project: Path, value: Any, wrapped: bool) -> None:
+    if wrapped:
+        value = {"id": "b", "messages": value if isinstance(value, list) else [value]}
+    _check_prompt_line(prompt_project, json.dumps(value))
