@@ -63,8 +63,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     from sglperf.reporting.explain import render, to_json
 
     started = time.perf_counter()
-    asked = [*(args.variant or []), *([args.against] if args.against else [])]
-    found = resolve.deployments(args.deployments or [DEFAULT_DEPLOYMENTS], asked)
+    found = resolve.deployments(args.deployments or [DEFAULT_DEPLOYMENTS], args.variant, args.against)
     explanations = resolve.explain_variants(found, _python(args), args.variant, args.against, _say)
     print(to_json(explanations) if args.json else render(explanations).rstrip("\n"), flush=True)
     _say(f"explain took {time.perf_counter() - started:.1f} s")

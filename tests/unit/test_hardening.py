@@ -122,6 +122,16 @@ def test_preflight_unknown_variant_lists_the_known_ones(capsys: pytest.CaptureFi
 
 
 @pytest.mark.usefixtures("no_interpreter")
+def test_explain_against_an_unknown_variant_blames_against(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 53's audit: `explain --against nosuch` said "--variant nosuch: no such variant"."""
+    assert cli.main(["explain", str(QWEN36), "--variant", "mtp1", "--against", "nosuch"]) == 2
+    line = _one_line_error(capsys)
+    assert line.startswith("sglperf: --against nosuch: no such variant in ") and "--variant" not in line, line
+    assert cli.main(["explain", str(QWEN36), "--variant", "nosuch", "--against", "mtp1"]) == 2
+    assert _one_line_error(capsys).startswith("sglperf: --variant nosuch: no such variant in ")
+
+
+@pytest.mark.usefixtures("no_interpreter")
 @pytest.mark.parametrize("command", [["preflight"], ["upgrade-check", "--to", "0.5.23"]])
 def test_unknown_deployment_path_is_exit_2(
     command: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
