@@ -11,7 +11,7 @@ import pytest
 
 from sglperf.baselines.variant_effects import variant_effects
 from sglperf.errors import SglperfError
-from sglperf.model.deployment import Deployment, Variant
+from sglperf.model.deployment import EFFECTS, Deployment, Variant
 from sglperf.model.deployment_file import load
 from sglperf.model.measurement import MeasurementRecord
 from sglperf.model.numbers_source import NumbersSource
@@ -24,7 +24,7 @@ from sglperf.session import LiveSession, LiveSkip
 
 MEASUREMENT_PROPERTY = "sglperf_measurement"
 # The collector of a deployment's effect items (`EffectsNode`): under xdist its scope runs last.
-EFFECTS_NODE = "effects"
+EFFECTS_NODE = EFFECTS
 
 
 class SGLangCaveat(UserWarning):
