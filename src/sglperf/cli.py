@@ -26,13 +26,15 @@ EXIT_CHECK_FAILED = 1
 EXIT_BAD_INPUT = 2  # argparse's own code for a usage error, kept for every explained error
 EXIT_BUG = 3
 EXIT_BROKEN_PIPE = 128 + 13  # what a shell reports for a tool ended by SIGPIPE
+EXIT_INTERRUPTED = 128 + 2  # what a shell reports for a tool ended by Ctrl-C (SIGINT)
 EXIT_CODES = f"""exit codes:
   0    done (and every check passed)
   {EXIT_CHECK_FAILED}    done, with a failure to report: a verdict, a breaking upgrade, a folder not imported,
        an environment not built
   {EXIT_BAD_INPUT}    an error sglperf explains in one line (bad input, an unusable file, server or store)
   {EXIT_BUG}    a bug in sglperf: the traceback follows, please report it
-  {EXIT_BROKEN_PIPE}  the reader of the output went away (`sglperf ... | head`)"""
+  {EXIT_BROKEN_PIPE}  the reader of the output went away (`sglperf ... | head`)
+  {EXIT_INTERRUPTED}  interrupted (Ctrl-C, or SIGTERM during an environment build)"""
 
 
 def _say(message: str) -> None:
@@ -61,8 +63,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     from sglperf.reporting.explain import render, to_json
 
     started = time.perf_counter()
-    asked = [*(args.variant or []), *([args.against] if args.against else [])]
-    found = resolve.deployments(args.deployments or [DEFAULT_DEPLOYMENTS], asked)
+    found = resolve.deployments(args.deployments or [DEFAULT_DEPLOYMENTS], args.variant, args.against)
     explanations = resolve.explain_variants(found, _python(args), args.variant, args.against, _say)
     print(to_json(explanations) if args.json else render(explanations).rstrip("\n"), flush=True)
     _say(f"explain took {time.perf_counter() - started:.1f} s")
@@ -388,6 +389,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SglperfError as exc:
         _say(f"sglperf: {exc}")
         return EXIT_BAD_INPUT
+    except KeyboardInterrupt as exc:
+        # Ctrl-C, or SIGTERM where a step turns it into this (an environment build): what was half done has
+        # been cleaned up on the way here, so one line says so rather than a traceback.
+        _say(f"sglperf: interrupted ({str(exc) or 'Ctrl-C'})")
+        return EXIT_INTERRUPTED
     except Exception:
         # Not an explained error: a bug. Saying "bad input" would send the user to fix what is not broken.
         _say("sglperf: unexpected error, a bug in sglperf: please report it with this traceback")

@@ -12,11 +12,13 @@ base it had before the root existed, so ``except ValueError:`` and ``except OSEr
     ├── model.deployment_file.DeploymentError (ValueError)      a deployment file unreadable or invalid
     ├── model.files.InputFileError (OSError)                    an input that is a device, a FIFO or too large
     ├── model.files.OutsideFolderError (ValueError)             a name that would put a file outside its folder
+    ├── model.files.NotAFolderError (NotADirectoryError)        a file where sglperf keeps a folder of its own
     ├── sglang.flags.FlagError (ValueError)                     a flag or intent the release cannot take
     ├── sglang.intents.IntentNotExpressible                     no flag for an intent (restated as FlagError)
     ├── sglang.envs.EnvBuildError (RuntimeError)                a managed SGLang environment not built
     ├── sglang.envs.BadVersionError (ValueError)                a release that is not a version
     ├── sglang.metrics_catalogue.ExpositionError (ValueError)   /metrics that is not Prometheus text
+    ├── sglang.deprecations.DeprecationsError (ValueError)      sglperf's shipped deprecation ledger unreadable
     ├── preflight.resolver.PreflightError (RuntimeError)        SGLang could not be asked at all
     ├── runtime.server.ServerStartError (RuntimeError)          a server died or was late starting
     ├── runtime.server_info.LiveError (RuntimeError)            a server's introspection endpoints failed

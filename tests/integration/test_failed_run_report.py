@@ -142,3 +142,57 @@ def test_an_interrupted_run_writes_its_report_with_what_it_had(pytester: pytest.
     assert "## Failed items (2)" in report and "`test_night.py::test_b_slow` (interrupted," in report, report
     assert f"**Run cut short**: {cut.headline} (`test_night.py::test_b_slow`)" in report.split("## Failed", 1)[0]
     assert "sglperf history: run " in out and store.is_file(), out
+
+
+SLOW_REPORT = """
+import os, time
+from pathlib import Path
+
+from sglperf.reporting import plots
+
+_draw = plots.draw
+
+
+def _slow_draw(report, out_dir):
+    # The wrap-up made long enough for a signal to land in it: a report with many plots takes this long.
+    Path(os.environ["SGLPERF_TEST_DRAWING"]).touch()
+    time.sleep(3)
+    return _draw(report, out_dir)
+
+
+plots.draw = _slow_draw
+"""
+
+
+def test_a_second_signal_during_the_wrap_up_keeps_the_report(pytester: pytest.Pytester) -> None:
+    """Issue 53's audit: SIGINT, then SIGTERM (a CI cancel) while the report was being written, lost
+    report.md. The report is finished first, the run still ends as interrupted, and says so."""
+    pytester.makepyfile(test_night=INTERRUPTIBLE)
+    pytester.makeconftest(SLOW_REPORT)
+    results, store = pytester.path / "results", pytester.path / "history.sqlite"
+    started, drawing = pytester.path / "started", pytester.path / "drawing"
+    args = [sys.executable, "-m", "pytest", f"--results-dir={results}", f"--history-store={store}"]
+    env = {**os.environ, "SGLPERF_TEST_STARTED": str(started), "SGLPERF_TEST_DRAWING": str(drawing)}
+    with subprocess.Popen(
+        [*args, "-p", "no:cacheprovider"],
+        cwd=pytester.path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    ) as proc:
+        deadline = time.monotonic() + 120
+        while not started.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, "the slow item never started"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        while not drawing.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, "the report was never begun"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED, out
+    report = (results / "report.md").read_text()
+    assert "## Failed items (2)" in report and "**Run cut short**" in report, report
+    assert "sglperf: SIGTERM while the report was written: finished it first" in out, out
+    assert "Traceback" not in out, out

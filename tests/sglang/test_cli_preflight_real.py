@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -64,3 +65,20 @@ def test_pytest_items_ids_and_failure_message(pytester: pytest.Pytester, sglang_
             "*FAILED deployments/qwen36.toml::mtp3-defaults::qwen36-mtp3-defaults-prefill_cuda_graph*",
         ]
     )
+
+
+def test_a_preflight_leaves_nothing_in_tmpdir(tmp_path: Path, sglang_python: SglangPython) -> None:
+    """Issue 53's audit: every preflight left a folder in TMPDIR (the simulated nvidia-smi's, made inside the
+    probe). A fresh preflight cache, so that the probe really runs."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp), "SGLPERF_PREFLIGHT_CACHE": str(tmp_path / "cache")}
+    proc = subprocess.run(
+        [SGLPERF, "preflight", str(QWEN36), "--sglang-python", sglang_python(NEW_SGLANG), "--variant", "mtp3-defaults"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert list(tmp.iterdir()) == []

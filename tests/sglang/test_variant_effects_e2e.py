@@ -128,3 +128,33 @@ def test_planted_differences_get_their_verdicts_and_an_undelivered_expectation_f
         [SGLPERF, "compare", "--variants", str(suite.results), "--json"], capture_output=True, text=True, timeout=120
     )
     assert len(json.loads(as_json.stdout)) == len(effects)
+
+
+@pytest.mark.quiet_host
+def test_under_xdist_loadscope_a_contradicted_expectation_fails_the_run(suite: Suite) -> None:
+    """Issue 53's audit: under `-n 2 --dist loadscope` (docs/live.md's form) the effect items ran before the
+    other worker had measured, skipped "not measured", and a contradicted expect_effect exited 0. Now they
+    run after every measurement, read the other worker's records, and the undelivered TTFT fails."""
+    run = suite(
+        "--baseline-missing=skip",
+        "-n",
+        "2",
+        "--dist",
+        "loadscope",
+        # The two workers measure at once on this machine: each is the other's busy neighbour, by design.
+        "--max-host-load=1",
+        variant="mtp3-defaults or mtp3-prefill-graph",
+        accept_prob=ACCEPT,
+        decode_step_s=STEP_S,
+        prefill_s_per_token=PREFILL_S,
+        variants=PLANTED,
+    )
+    assert run.ret == pytest.ExitCode.TESTS_FAILED, run.stdout.str()
+    run.stdout.fnmatch_lines(
+        [
+            "*qwen36/mtp3-prefill-graph vs mtp3-defaults, decode-chat@c1: ttft_s * expected ttft_s lower, "
+            "not detected at 98%*",
+            "FAILED *qwen36-mtp3-prefill-graph-decode-chat-c1-effect*",
+        ]
+    )
+    assert "effect not judged" not in run.stdout.str()

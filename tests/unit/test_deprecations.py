@@ -4,11 +4,13 @@ target accepts, and what a release deleted answered from what the releases befor
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sglperf.sglang import deprecations
 from sglperf.sglang.argv import Option, ParserInfo
 from sglperf.sglang.deprecations import (
     Deprecation,
@@ -149,3 +151,40 @@ def test_a_removed_flag_that_prefixes_its_successors_is_named_by_the_ledger_not_
     # A prefix no release ever deprecated is what argparse says it is.
     with pytest.raises(FlagError, match=r"--cuda-graph-max is ambiguous in SGLang 0.5.23 \(could be"):
         check_flags(["--cuda-graph-max", "64"], release, "v")
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        (None, "sglperf's deprecation ledger is missing"),
+        (b"\xff\xfe", "is not JSON (UnicodeDecodeError)"),
+        (b"[{", "is not JSON (JSONDecodeError)"),
+        (b'{"flag": "--x"}', "is damaged (not a list)"),
+        (b"[1]", "is damaged"),
+        (b'[{"flag": "--x"}]', "is damaged"),
+        (b'[{"flag": "--x", "replacement": "--y", "first": "0.5.14", "last": "soon"}]', "is damaged"),
+        (b'[{"flag": 3, "replacement": "--y", "first": "0.5.14", "last": "0.5.19"}]', "is damaged"),
+    ],
+)
+def test_a_missing_or_damaged_shipped_ledger_is_one_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, content: bytes | None, said: str
+) -> None:
+    """Issue 53's audit: a missing or damaged deprecations.json was a traceback from every command that
+    asks what replaces a flag (preflight's refusals, upgrade-check)."""
+    path = tmp_path / "deprecations.json"
+    if content is not None:
+        path.write_bytes(content)
+    monkeypatch.setattr(deprecations, "shipped_path", lambda: path)
+    deprecations._shipped_entries.cache_clear()
+    try:
+        with pytest.raises(deprecations.DeprecationsError) as raised:
+            DeprecationLedger.shipped()
+        with pytest.raises(deprecations.DeprecationsError):
+            replacement("--cuda-graph-max-bs", _parser("0.5.23"))
+    finally:
+        deprecations._shipped_entries.cache_clear()
+    message = str(raised.value)
+    assert message.startswith(f"{path}: ") and said in message and "\n" not in message, message
+    assert message.endswith(
+        "reinstall sglperf (pip install --force-reinstall sglperf), or in a checkout run ci/refresh-deprecations.py"
+    ), message

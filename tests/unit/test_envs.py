@@ -3,7 +3,9 @@ The CPU environments built on them: test_cpu_envs.py; this CPU's flags and kind:
 
 from __future__ import annotations
 
+import errno
 import importlib.util
+import shutil
 import sys
 import zipfile
 from pathlib import Path
@@ -127,12 +129,91 @@ def test_an_environment_is_ready_only_with_this_recipes_marker(tmp_path: Path) -
     env = envs.SGLangEnv("0.5.23", tmp_path / "sglang-0.5.23")
     assert not env.ready
     env.path.mkdir()
+    whole(env.path, tmp_path / "torch-site")  # its interpreter and the shared torch, as a build leaves them
     marker = env.path / ".sglperf-ready"
     marker.write_text("stale\n")
     assert not env.ready
     marker.write_text(envs.recipe_digest("0.5.23") + "\n")
     assert env.ready
     assert not envs.SGLangEnv("0.5.13", env.path).ready  # another release's recipe
+
+
+def whole(path: Path, torch_site: Path) -> None:
+    """What a build leaves besides its marker: the venv's interpreter (a link to this one) and the .pth naming
+    the shared torch's site-packages, with torch in it."""
+    (path / "bin").mkdir(parents=True, exist_ok=True)
+    (path / "bin" / "python").symlink_to(sys.executable)
+    (torch_site / "torch").mkdir(parents=True, exist_ok=True)
+    site = path / "lib" / "python3.11" / "site-packages"
+    site.mkdir(parents=True, exist_ok=True)
+    (site / envs.TORCH_PTH).write_text(f"{torch_site}\n")
+
+
+def test_an_environment_whose_interpreter_or_torch_is_gone_is_not_ready(tmp_path: Path) -> None:
+    """Issue 53's audit: an environment whose shared torch (or interpreter) was gone stayed "ready" on its
+    marker alone, and nothing repaired it: every preflight failed importing SGLang."""
+    env = envs.SGLangEnv("0.5.23", tmp_path / "sglang-0.5.23")
+    env.path.mkdir()
+    whole(env.path, tmp_path / "torch-site")
+    (env.path / ".sglperf-ready").write_text(envs.recipe_digest("0.5.23") + "\n")
+    assert env.ready and env.problem is None
+    (tmp_path / "torch-site" / "torch").rmdir()
+    assert not env.ready and f"the shared torch it uses is gone ({tmp_path / 'torch-site'})" in str(env.problem)
+    (tmp_path / "torch-site" / "torch").mkdir()
+    assert env.ready
+    (env.path / "bin" / "python").unlink()
+    (env.path / "bin" / "python").symlink_to(tmp_path / "removed-python3.11")
+    assert not env.ready and "its interpreter" in str(env.problem)
+
+
+def test_a_broken_environment_is_rebuilt_saying_why(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("SGLPERF_HOME", str(tmp_path))
+    env = ready_env("0.5.23")
+    shutil.rmtree(tmp_path / "torch-site")
+    built: list[str] = []
+
+    def download(version: str, folder: Path, progress: object) -> Path:
+        built.append(version)
+        raise envs.EnvBuildError("stop here: the rebuild began")
+
+    monkeypatch.setattr(envs, "_download_wheel", download)
+    said: list[str] = []
+    with pytest.raises(envs.EnvBuildError, match="the rebuild began"):
+        envs.ensure_env("0.5.23", said.append)
+    assert built == ["0.5.23"]
+    gone = f"the shared torch it uses is gone ({tmp_path / 'torch-site'})"
+    assert said == [f"SGLang 0.5.23 environment in {env.path}: {gone}; rebuilding it"]
+
+
+def test_a_build_that_runs_out_of_disk_is_one_error_and_leaves_nothing(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Issue 53's audit: a full disk during a build was a traceback, and ended a walk (which goes on past a
+    release that cannot be built: an EnvBuildError)."""
+    monkeypatch.setenv("SGLPERF_HOME", str(tmp_path / "home"))
+    wheel = tmp_path / "sglang-0.5.23-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr("sglang-0.5.23.dist-info/METADATA", METADATA)
+    torch_site = tmp_path / "torch-site"
+    (torch_site / "torch").mkdir(parents=True)
+    monkeypatch.setattr(envs, "_download_wheel", lambda version, folder, progress: wheel)
+    monkeypatch.setattr(envs, "ensure_torch_env", lambda progress: torch_site)
+    monkeypatch.setattr(envs, "uv_executable", lambda: None)
+
+    def run(cmd: list[str], step: str, progress: object) -> None:
+        if "venv" in cmd:
+            (Path(cmd[-1]) / "lib" / "python3.11" / "site-packages").mkdir(parents=True)
+        if step == "install sglang wheel":
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(envs, "run_step", run)
+    with pytest.raises(envs.EnvBuildError) as raised:
+        envs.ensure_env("0.5.23")
+    assert str(raised.value) == (
+        f"building the SGLang 0.5.23 environment in {envs.env_for('0.5.23').path} failed: "
+        "No space left on device (ENOSPC)"
+    )
+    assert not envs.env_for("0.5.23").path.exists()  # half an environment is worse than none
 
 
 def test_recipe_digest_changes_with_what_goes_into_an_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -147,9 +228,11 @@ def test_recipe_digest_changes_with_what_goes_into_an_environment(monkeypatch: p
 
 
 def ready_env(version: str) -> envs.SGLangEnv:
-    """A managed environment folder marked ready for this recipe (nothing installed in it)."""
+    """A managed environment folder marked ready for this recipe (nothing installed in it but its
+    interpreter and the shared torch's .pth, with torch beside it under SGLPERF_HOME/torch-site)."""
     env = envs.env_for(version)
     env.path.mkdir(parents=True)
+    whole(env.path, envs.home() / "torch-site")
     (env.path / ".sglperf-ready").write_text(envs.recipe_digest(version) + "\n")
     return env
 
@@ -317,13 +400,15 @@ def _build_with_fake_installers(
             raise envs.EnvBuildError(f"{step} failed (exit 2):\nerror: uv refused")
         if "venv" in cmd:
             (Path(cmd[-1]) / "lib" / "python3.11" / "site-packages").mkdir(parents=True)
+            (Path(cmd[-1]) / "bin").mkdir(exist_ok=True)
+            (Path(cmd[-1]) / "bin" / "python").symlink_to(sys.executable)  # what a venv's creation leaves
 
     monkeypatch.setattr(envs, "run_step", run)
     wheel = tmp_path / "sglang-0.5.23-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w") as zf:
         zf.writestr("sglang-0.5.23.dist-info/METADATA", METADATA)
     torch_site = tmp_path / "torch-site"
-    torch_site.mkdir()
+    (torch_site / "torch").mkdir(parents=True)
     said: list[str] = []
     envs._build(env, wheel, torch_site, said.append)
     return commands, said, env

@@ -10,7 +10,10 @@ import json
 import math
 import os
 import shutil
+import signal
 import sys
+import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +23,12 @@ from hypothesis import strategies as st
 
 from sglperf import cli, preflight
 from sglperf.baselines import regression, store
+from sglperf.model.deployment import EFFECTS, Deployment
 from sglperf.model.deployment_file import DeploymentError, load
+from sglperf.model.graph_coverage import graph_needs
+from sglperf.model.intent_names import INTENT_NAMES
 from sglperf.model.measurement import BaselineStatus
+from sglperf.model.prompts import load_prompts
 from sglperf.model.server_facts import ServerFacts
 from sglperf.model.verdict import Status, Verdict
 from sglperf.runtime import server
@@ -118,6 +125,16 @@ def test_preflight_unknown_variant_lists_the_known_ones(capsys: pytest.CaptureFi
     line = _one_line_error(capsys)
     assert "--variant nosuchvariant" in line and str(QWEN36) in line
     assert "known variants: mtp1, mtp3-defaults, mtp3-full, mtp3-prefill-graph" in line
+
+
+@pytest.mark.usefixtures("no_interpreter")
+def test_explain_against_an_unknown_variant_blames_against(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 53's audit: `explain --against nosuch` said "--variant nosuch: no such variant"."""
+    assert cli.main(["explain", str(QWEN36), "--variant", "mtp1", "--against", "nosuch"]) == 2
+    line = _one_line_error(capsys)
+    assert line.startswith("sglperf: --against nosuch: no such variant in ") and "--variant" not in line, line
+    assert cli.main(["explain", str(QWEN36), "--variant", "nosuch", "--against", "mtp1"]) == 2
+    assert _one_line_error(capsys).startswith("sglperf: --variant nosuch: no such variant in ")
 
 
 @pytest.mark.usefixtures("no_interpreter")
@@ -523,6 +540,18 @@ def _check_deployment_bytes(project: Path, content: bytes) -> None:
         return
     for variant in deployment.variants:  # what collection does with a loaded file
         deployment.expectations_for(variant)
+    if any(v.expect_effect for v in deployment.variants):  # the effects' node beside the variants' nodes
+        assert EFFECTS not in {v.id for v in deployment.variants}
+    flags = [*deployment.launch.extra_flags, *(f for r in deployment.launch.when for f in r.flags)]
+    flags += [f for v in deployment.variants for f in v.flags]
+    assert all("\x00" not in f for f in flags)  # each becomes a process argument at launch
+    # What preflight and the measure tier's collection read of it before any SGLang is asked.
+    needs = graph_needs(deployment)
+    needs.largest_in_flight(), needs.prefill_capture_need()
+    json.dumps(deployment.runner.as_probe_profile(), allow_nan=False)
+    for workload in deployment.workloads:
+        [(point.tag, point.describe()) for point in workload.load_points()]
+        workload.schedule()
 
 
 @FUZZ
@@ -699,3 +728,319 @@ def test_fuzz_measurement_record_mutated(tmp_path: Path, data: st.DataObject) ->
 @given(value=JSON_VALUES)
 def test_fuzz_measurement_record_jsonish(tmp_path: Path, value: Any) -> None:
     _check_report_of(tmp_path, json.dumps(value).encode())
+
+
+# -- prompt files, read when a deployment loads (preflight, collection): a prompt set or one line --------
+
+PROMPT_VALUES = st.recursive(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(),
+        st.floats(),
+        st.text(max_size=8),
+        st.sampled_from(["user", "system", "assistant", "id", "\ud800", "x\udfff"]),
+    ),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.dictionaries(st.sampled_from(["id", "messages", "role", "content", "x"]), inner, max_size=3),
+    ),
+    max_leaves=8,
+)
+
+
+def _check_prompt_line(project: Path, line: str) -> None:
+    """A prompt file of one good line and ``line``: loads, or one DeploymentError naming the file; a loaded
+    set is what the meter sends (text, chat messages as JSON, the token bound)."""
+    prompts = project / "data" / "prompts" / "chat.jsonl"
+    good = json.dumps({"id": "a", "messages": [{"role": "user", "content": "hello"}]})
+    prompts.write_text(good + "\n" + line + "\n")
+    try:
+        deployment = load(project / "deployments" / "qwen36.toml")
+    except DeploymentError as exc:
+        assert "chat.jsonl:2" in str(exc) and "\n" not in str(exc), str(exc)
+        return
+    assert deployment is not None
+    loaded = load_prompts(prompts)
+    for prompt in loaded.prompts:
+        json.dumps(prompt.chat_messages(), ensure_ascii=False).encode()
+        assert prompt.token_bound > 0 and prompt.text.encode()
+
+
+@pytest.fixture(scope="module")
+def prompt_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_project(tmp_path_factory.mktemp("prompts"), QWEN36.read_text())
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        r'{"id": "b", "messages": [{"role": [], "content": "x"}]}',
+        r'{"id": "b", "messages": [{"role": {"a": 1}, "content": "x"}]}',
+        r'{"id": "b", "messages": [{"role": "user", "content": "x\ud800"}]}',
+        r'{"id": "b\udfff", "messages": [{"role": "user", "content": "x"}]}',
+        "[" * 100_000 + "]" * 100_000,
+    ],
+)
+def test_prompt_lines_of_the_wrong_shape_are_one_error(prompt_project: Path, line: str) -> None:
+    """Found by the audit: valid JSON of the wrong shape (a list for a role: TypeError unhashable; a lone
+    surrogate escape: UnicodeEncodeError at the token bound; nesting: RecursionError) crashed preflight and
+    collection, which read every prompt file when the deployment loads."""
+    _check_prompt_line(prompt_project, line)
+
+
+@FUZZ
+@given(value=PROMPT_VALUES, wrapped=st.booleans())
+def test_fuzz_prompt_lines(prompt_project: Path, value: Any, wrapped: bool) -> None:
+    if wrapped:
+        value = {"id": "b", "messages": value if isinstance(value, list) else [value]}
+    _check_prompt_line(prompt_project, json.dumps(value))
+
+
+# -- fuzz over the deployment file's own schema: every field, valid and mutated values, wrong types, unknown
+# keys and nesting, written as TOML; a Deployment or one DeploymentError naming the file, never another
+# exception, never a hang (issue 53: 75 of 4,000 such files were tracebacks) -------------------------------
+
+SCHEMA = Deployment.model_json_schema()
+TEXT = st.text(st.characters(exclude_categories=["Cs"]), max_size=12)
+KNOWN_PATHS = ["../models/qwen3.6-27b/config.json", "../data/prompts/chat.jsonl", "../data/prompts", "", "."]
+KEY_WORDS = [*INTENT_NAMES, "decode_tok_s", "ttft_s", "decode-chat", "prefill-long", "SGLANG_X", "mtp1", "x"]
+
+
+_BUILT: dict[tuple[str, str, int], st.SearchStrategy[Any]] = {}
+
+
+def _once(kind: str, build: Any) -> Any:
+    """Each strategy built once per (schema, depth): building them afresh for every example cost most of
+    the test's time (Hypothesis reads a lambda's source to name it)."""
+
+    def cached(schema: dict[str, Any], depth: int) -> st.SearchStrategy[Any]:
+        key = (kind, json.dumps(schema, sort_keys=True), min(depth, 5))
+        if key not in _BUILT:
+            _BUILT[key] = build(schema, depth)
+        return _BUILT[key]
+
+    return cached
+
+
+def _resolved(schema: dict[str, Any]) -> dict[str, Any]:
+    while "$ref" in schema:
+        schema = SCHEMA["$defs"][schema["$ref"].rsplit("/", 1)[1]]
+    return schema
+
+
+def _wrong(depth: int) -> st.SearchStrategy[Any]:
+    """A value of any TOML type: a wrong type for most fields, nested tables and arrays among them."""
+    return _wrong_once({}, depth)  # type: ignore[no-any-return]
+
+
+def _build_wrong(_: dict[str, Any], depth: int) -> st.SearchStrategy[Any]:
+    scalars = st.one_of(
+        st.booleans(),
+        st.integers(-(2**63), 2**63 - 1),
+        st.floats(allow_nan=True, allow_infinity=True),
+        TEXT,
+        st.sampled_from([*KNOWN_PATHS, "1e400", "-1", "0", "true"]),
+    )
+    if depth > 3:
+        return scalars
+    return st.one_of(
+        scalars,
+        st.lists(scalars, max_size=3),
+        st.dictionaries(st.sampled_from(KEY_WORDS), scalars, max_size=3),
+        st.dictionaries(st.sampled_from(KEY_WORDS), st.deferred(lambda: _wrong(depth + 1)), max_size=2),
+    )
+
+
+_wrong_once = _once("wrong", _build_wrong)
+
+
+def _valid(schema: dict[str, Any], depth: int = 0) -> st.SearchStrategy[Any]:
+    """A value the schema describes (bounds included, as pydantic's json schema states them)."""
+    return _valid_once(schema, depth)  # type: ignore[no-any-return]
+
+
+def _build_valid(schema: dict[str, Any], depth: int) -> st.SearchStrategy[Any]:
+    schema = _resolved(schema)
+    if "const" in schema:
+        return st.just(schema["const"])
+    if "enum" in schema:
+        return st.sampled_from(schema["enum"])
+    if "anyOf" in schema or "oneOf" in schema:
+        branches = [b for b in schema.get("anyOf", schema.get("oneOf", [])) if b.get("type") != "null"]
+        return st.one_of(*(_valid(b, depth) for b in branches))
+    kind = schema.get("type")
+    if kind == "boolean":
+        return st.booleans()
+    if kind == "integer":
+        low, high = schema.get("minimum", -5), schema.get("maximum", 10**6)
+        return st.integers(low, high)
+    if kind == "number":
+        low = schema.get("minimum", schema.get("exclusiveMinimum", -5.0))
+        high = schema.get("maximum", 1e6)
+        return st.floats(low, high, exclude_min="exclusiveMinimum" in schema)
+    if kind == "string":
+        if "pattern" in schema:
+            return st.from_regex(schema["pattern"], fullmatch=True).filter(lambda s: len(s) <= 64 and "\x00" not in s)
+        if schema.get("format") == "path":
+            return st.sampled_from(KNOWN_PATHS)
+        return TEXT
+    if kind == "array":
+        return st.lists(_field(schema.get("items", {}), depth + 1), max_size=3)
+    if kind == "object":
+        return _table(schema, depth + 1)
+    return _wrong(depth)
+
+
+_valid_once = _once("valid", _build_valid)
+
+
+def _field(schema: dict[str, Any], depth: int) -> st.SearchStrategy[Any]:
+    """Mostly a valid value; sometimes a wrong type, a nested table or array."""
+    return _field_once(schema, depth)  # type: ignore[no-any-return]
+
+
+def _build_field(schema: dict[str, Any], depth: int) -> st.SearchStrategy[Any]:
+    if depth > 4:
+        return st.booleans()
+    return st.one_of(_valid(schema, depth), _valid(schema, depth), _valid(schema, depth), _wrong(depth))
+
+
+_field_once = _once("field", _build_field)
+
+
+def _table(schema: dict[str, Any], depth: int) -> st.SearchStrategy[dict[str, Any]]:
+    """An object of the schema: a subset of its properties (the required ones usually), values from
+    _field, and now and then an unknown key."""
+    return _table_once(schema, depth)  # type: ignore[no-any-return]
+
+
+def _build_table(schema: dict[str, Any], depth: int) -> st.SearchStrategy[dict[str, Any]]:
+    schema = _resolved(schema)
+    properties: dict[str, Any] = schema.get("properties", {})
+    keyed = schema.get("additionalProperties") or next(iter(schema.get("patternProperties", {}).values()), None)
+    if not properties:
+        value = keyed if isinstance(keyed, dict) else {}
+        return st.dictionaries(st.sampled_from(KEY_WORDS) | TEXT, _field(value, depth), max_size=3)
+    required = set(schema.get("required", ()))
+
+    @st.composite
+    def table(draw: st.DrawFn) -> dict[str, Any]:
+        out = {}
+        for name, sub in properties.items():
+            if name == "path":
+                continue  # set by sglperf from where the file is (a file naming it is refused: tested above)
+            if draw(st.floats(0, 1)) < (0.9 if name in required else 0.4):
+                out[name] = draw(_field(sub, depth))
+        if draw(st.integers(0, 9)) == 0:
+            out[draw(st.sampled_from(["speculative", "env", "id", "flags", "x", "tp", "Key"]))] = draw(_wrong(depth))
+        return out
+
+    return table()
+
+
+_table_once = _once("table", _build_table)
+
+
+def _toml_key(key: str) -> str:
+    return key if key and all(c.isascii() and (c.isalnum() or c in "_-") for c in key) else json.dumps(key)
+
+
+def _toml(value: Any) -> str | None:
+    """``value`` as one TOML value, inline; None for what TOML cannot hold (null)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf") if math.isinf(value) else repr(value)
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, list):
+        return "[" + ", ".join(v for v in map(_toml, value) if v is not None) + "]"
+    items = [f"{_toml_key(k)} = {shown}" for k, v in value.items() if (shown := _toml(v)) is not None]
+    return "{ " + ", ".join(items) + " }" if items else "{}"
+
+
+def _deployment_text(document: dict[str, Any]) -> str:
+    return "".join(f"{_toml_key(k)} = {shown}\n" for k, v in document.items() if (shown := _toml(v)) is not None)
+
+
+@contextlib.contextmanager
+def _no_hang(seconds: float) -> Iterator[None]:
+    def hung(signum: int, frame: object) -> None:
+        raise AssertionError(f"loading the deployment took over {seconds} s: a hang")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+QWEN36_DOCUMENT = tomllib.loads(QWEN36.read_text())
+
+
+@pytest.mark.parametrize(
+    ("edit", "said"),
+    [
+        (('id = "mtp1"', 'id = "effects"'), "variants[0].id: 'effects' names the deployment's expected effects"),
+        (("tp_size = 2", 'tp_size = 2\nextra_flags = ["--x\\u0000"]'), "launch.extra_flags[0]: '--x\\x00' is not"),
+        (('id = "mtp1"', 'id = "mtp1"\nflags = ["\\u0000"]'), "variants[0].flags[0]: '\\x00' is not allowed"),
+    ],
+)
+def test_names_and_flags_the_run_cannot_use_are_refused_at_load(
+    fuzz_project: Path, edit: tuple[str, str], said: str
+) -> None:
+    """Found writing the schema fuzzing below: a variant named "effects" beside expected effects took the
+    effects' node of the test tree (and their xdist scope); a NUL in a flag was accepted, and the launch
+    failed with Python's "embedded null byte"."""
+    path = fuzz_project / "deployments" / "qwen36.toml"
+    path.write_text(QWEN36.read_text().replace(*edit, 1))
+    with pytest.raises(DeploymentError) as raised:
+        load(path)
+    assert said in str(raised.value), str(raised.value)
+
+
+@FUZZ
+@given(data=st.data())
+def test_fuzz_deployment_from_the_schema(fuzz_project: Path, data: st.DataObject) -> None:
+    """Whole files from the schema, or the shipped file with one schema field replaced, removed or added."""
+    if data.draw(st.integers(0, 3)) == 0:
+        document = data.draw(_table(SCHEMA, 0))
+        if data.draw(st.integers(0, 4)):  # the key must match the file name: mostly, let it
+            document["key"] = "qwen36"
+    else:
+        document = json.loads(json.dumps(QWEN36_DOCUMENT))
+        holder, schema = document, SCHEMA
+        for _ in range(data.draw(st.integers(0, 2))):  # down into a table or an array's item
+            tables = [k for k, v in holder.items() if isinstance(v, (dict, list)) and v]
+            props = _resolved(schema).get("properties", {})
+            if not tables:
+                break
+            key = data.draw(st.sampled_from(sorted(tables)))
+            sub = _resolved(props.get(key, {}))
+            if isinstance(holder[key], list):
+                index = data.draw(st.integers(0, len(holder[key]) - 1))
+                if not isinstance(holder[key][index], dict):
+                    break
+                holder, schema = holder[key][index], _resolved(sub.get("items", {}))
+            else:
+                holder, schema = holder[key], sub
+        props = _resolved(schema).get("properties", {}) or {k: {} for k in holder}
+        name = data.draw(st.sampled_from(sorted(set(props) - {"path"}) or ["x"]))
+        op = data.draw(st.sampled_from(["valid", "valid", "valid", "field", "wrong", "drop", "unknown"]))
+        if op == "drop":
+            holder.pop(name, None)
+        elif op == "unknown":
+            holder[f"{name}_x"] = data.draw(_wrong(1))
+        elif op == "wrong":
+            holder[name] = data.draw(_wrong(1))
+        else:
+            holder[name] = data.draw((_valid if op == "valid" else _field)(props.get(name, {}), 1))
+    with _no_hang(10.0):
+        _check_deployment_bytes(fuzz_project, _deployment_text(document).encode())

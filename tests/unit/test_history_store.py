@@ -159,7 +159,7 @@ def test_import_export_and_compare_through_the_command(tmp_path: Path, capsys: p
     b.close()
     assert cli.main(["compare", old_id, str(new), "--history-store", store_path]) == 0
     table = capsys.readouterr().out
-    assert "| qwen36-mtp1-chat-c1 | decode_tok_s | 70 | 60 | -14.3% (worse) |" in table
+    assert "| qwen36-mtp1-chat-c1 | decode_tok_s | 70 | 60 | -14.3% (worse); not judged in B |" in table
     assert "| qwen36-mtp1-prefill_cuda_graph | intent (preflight) | pass | - | -> |" in table
 
 

@@ -20,16 +20,20 @@ from sglperf.sglang import cpu_envs, envs
 from sglperf.sglang.argv import ParserInfo
 
 
-def deployments(paths: Sequence[str], variants: Sequence[str] | None = None) -> list[Deployment]:
-    """The deployment files, checked (and every variant asked for known) before any interpreter is asked."""
+def deployments(
+    paths: Sequence[str], variants: Sequence[str] | None = None, against: str | None = None
+) -> list[Deployment]:
+    """The deployment files, checked (and every variant asked for, by --variant or --against, known) before
+    any interpreter is asked; an unknown one is blamed on the option that named it."""
     found = discover(list(paths))
     known = sorted({v.id for d in found for v in d.variants})
-    unknown = [v for v in dict.fromkeys(variants or []) if v not in known]
-    if unknown:
-        files = ", ".join(str(d.path) for d in found)
-        raise UsageError(
-            f"--variant {', '.join(unknown)}: no such variant in {files}; known variants: {', '.join(known)}"
-        )
+    for option, asked in (("--variant", variants or []), ("--against", [against] if against else [])):
+        unknown = [v for v in dict.fromkeys(asked) if v not in known]
+        if unknown:
+            files = ", ".join(str(d.path) for d in found)
+            raise UsageError(
+                f"{option} {', '.join(unknown)}: no such variant in {files}; known variants: {', '.join(known)}"
+            )
     return found
 
 

@@ -15,12 +15,16 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import Field, StrictBool, ValidationError, field_validator, model_validator
 
 from sglperf.model.checkpoint import CheckpointFacts
-from sglperf.model.deployment_fields import Deadline, EnvVars, FilePath, Slug, StrictTable, did_you_mean
+from sglperf.model.deployment_fields import Deadline, EnvVars, FilePath, Flags, Slug, StrictTable, did_you_mean
 from sglperf.model.intent_names import INTENT_NAMES, SPECULATIVE
 from sglperf.model.metrics import METRICS, with_inherited_floors
 from sglperf.model.runner_profile import RunnerProfile
 from sglperf.model.variant_effect import ExpectedEffect
 from sglperf.model.workload import Workload, measurement_key
+
+# Where a deployment's expected effects (variants' expect_effect) are collected, beside its variants: a node
+# of the test tree and an xdist scope, so no variant may take the name.
+EFFECTS = "effects"
 
 
 class Model(StrictTable):
@@ -67,7 +71,7 @@ class VersionRule(StrictTable):
     """Flags and environment that only some SGLang releases need (their spelling changes)."""
 
     sglang: str = Field(description="PEP 440 version specifier, e.g. '<0.5.20'")
-    flags: list[str] = Field(default_factory=list)
+    flags: Flags = Field(default_factory=list)
     env: EnvVars = Field(default_factory=dict)
     reason: str = ""
 
@@ -84,7 +88,7 @@ class VersionRule(StrictTable):
 class Launch(StrictTable):
     tp_size: int = Field(ge=1)
     speculative: Speculative | None = None
-    extra_flags: list[str] = Field(default_factory=list)
+    extra_flags: Flags = Field(default_factory=list)
     env: EnvVars = Field(default_factory=dict)
     when: list[VersionRule] = Field(default_factory=list)
     startup_timeout_s: Deadline = 1800
@@ -95,7 +99,7 @@ class Launch(StrictTable):
 class Variant(StrictTable):
     id: Slug
     description: str = ""
-    flags: list[str] = Field(default_factory=list, description="raw SGLang flags, checked against the installed parser")
+    flags: Flags = Field(default_factory=list, description="raw SGLang flags, checked against the installed parser")
     request: dict[str, StrictBool] = Field(default_factory=dict, description="intents the suite translates to flags")
     expect: dict[str, StrictBool] = Field(default_factory=dict, description="intents checked in the effective args")
     speculative: SpeculativeOverride | None = None
@@ -194,6 +198,11 @@ class Deployment(StrictTable):
 
     def _check_effects(self) -> None:
         ids = [v.id for v in self.variants]
+        if EFFECTS in ids and any(v.expect_effect for v in self.variants):
+            raise ValueError(
+                f"variants[{ids.index(EFFECTS)}].id: {EFFECTS!r} names the deployment's expected effects in test ids "
+                "(pytest -k effects): give the variant another id"
+            )
         if self.reference_variant is not None and self.reference_variant not in ids:
             raise ValueError(f"reference_variant: {self.reference_variant!r} is not a variant ({', '.join(ids)})")
         workloads = {w.id for w in self.workloads}

@@ -27,6 +27,9 @@ EnvVars = dict[
     Annotated[str, Field(pattern=ENV_NAME_PATTERN, max_length=256)],
     Annotated[str, Field(pattern=ENV_VALUE_PATTERN, max_length=65536)],
 ]
+# SGLang flags: passed as process arguments, which cannot hold NUL either (the launch would fail with a
+# Python error, not a line naming the field).
+Flags = list[Annotated[str, Field(pattern=ENV_VALUE_PATTERN)]]
 # A deadline sglperf promises to keep: finite, at most a week.
 Deadline = Annotated[float, Field(gt=0, le=7 * 86400, allow_inf_nan=False)]
 COMPUTE_CAPABILITY_PATTERN = r"^\d{1,2}\.\d$"

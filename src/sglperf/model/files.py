@@ -7,8 +7,8 @@ import errno
 import json
 import math
 import os
+import secrets
 import stat
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -75,28 +75,81 @@ class OutsideFolderError(SglperfError, ValueError):
 
 
 def confined(folder: Path, name: str) -> Path:
-    """``folder / name``, refusing any name that would land elsewhere (separators, "..", links)."""
+    """``folder / name``, refusing any name that would land elsewhere (separators, ".."). The name itself is
+    not resolved: a link already there is replaced by the write (`write_bytes_atomic`), not followed."""
     base = folder.resolve()
-    path = (base / name).resolve()
-    if path.parent != base:
+    if name in ("", ".", "..") or Path(name).name != name or "/" in name or os.sep in name:
         raise OutsideFolderError(f"{name!r} would be written outside {folder}; refusing")
-    return path
+    return base / name
+
+
+class NotAFolderError(SglperfError, NotADirectoryError):
+    """A file stands where sglperf keeps a folder of its own (plots/, measurements/)."""
 
 
 def write_text_atomic(path: Path, text: str, *, fsync: bool = True) -> None:
     """Temporary file in the same folder, then rename: readers see the old or the new file, never a part."""
+    write_bytes_atomic(path, text.encode("utf-8"), fsync=fsync)
+
+
+def write_bytes_atomic(path: Path, data: bytes, *, fsync: bool = True) -> None:
+    """``data`` as ``path``, atomically. The rename replaces whatever name was there, a link (symbolic or
+    hard) included, and never writes through it: a folder someone sent cannot point a write elsewhere."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    tmp, fd = _exclusive(path)
     try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with open(fd, "wb") as fh:
+            fh.write(data)
             if fsync:
                 fh.flush()
                 os.fsync(fh.fileno())
         os.replace(tmp, path)
     finally:
-        if tmp.exists():
-            tmp.unlink()
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+
+
+def _exclusive(path: Path) -> tuple[Path, int]:
+    """A new temporary file beside ``path``, created exclusively (O_EXCL: a link planted under its name is
+    never followed), with the permissions the umask gives any new file."""
+    while True:
+        tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+        try:
+            return tmp, os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
+        except FileExistsError:
+            continue
+
+
+def own_folder(folder: Path, name: str) -> Path:
+    """``folder / name`` as a real folder of ``folder``'s own: a link there (to a folder anywhere, or a
+    file) is replaced by an empty folder, and its target left as it was; never written through.
+    NotAFolderError when a file is in the way."""
+    path = folder / name
+    if path.is_symlink():
+        path.unlink()
+    elif path.exists() and not path.is_dir():  # someone's file, not a link: not sglperf's to delete
+        raise NotAFolderError(f"{path} is a file where sglperf keeps a folder: move it away, then run again")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def append_line_no_follow(path: Path, line: str) -> None:
+    """``line`` appended to ``path``, created if missing. A link there (symbolic, or a second name of another
+    file) is replaced by a file of its own, its target left as it was: never appended through."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
+    try:
+        fd = os.open(path, flags, 0o666)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:  # ELOOP: a symbolic link
+            raise
+        path.unlink()
+        fd = os.open(path, flags | os.O_EXCL, 0o666)
+    if os.fstat(fd).st_nlink > 1:  # sglperf never makes a hard link: this name is someone else's file's too
+        os.close(fd)
+        path.unlink()
+        fd = os.open(path, flags | os.O_EXCL, 0o666)
+    with open(fd, "a", encoding="utf-8") as fh:
+        fh.write(line)
 
 
 def _finite(value: Any) -> Any:

@@ -6,10 +6,11 @@ per-request record under "result", which sglperf writes for people and tools but
 
 from __future__ import annotations
 
+import datetime as _dt
 from enum import Enum
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from sglperf.model.batch_evidence import BatchEvidence
 from sglperf.model.files import SAFE_NAME_PATTERN
@@ -20,6 +21,16 @@ from sglperf.model.numbers_source import NumbersSource
 from sglperf.model.server_metrics import ServerMetricsRecord
 from sglperf.model.variant_effect import ExpectedEffect
 from sglperf.model.workload import LoadPoint, RoundPlan
+
+
+def _utc_time(text: str | None) -> str | None:
+    """An ISO 8601 time in UTC; one without an offset is UTC (as the history import reads run stamps)."""
+    if text is None:
+        return None
+    moment = _dt.datetime.fromisoformat(text)  # ValueError: not a time (pydantic names the field)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=_dt.UTC)
+    return moment.astimezone(_dt.UTC).isoformat()
 
 
 class _Strict(BaseModel):
@@ -169,7 +180,7 @@ class MeasurementRecord(BaseModel):
     server_metrics_note: str | None = None  # why they are missing or stopped
     skip_reason: str | None = Field(default=None, exclude=True)  # the item skips (policy "skip")
     # For variant effects (`sglperf.baselines.variant_effects`), so a results folder alone can say them:
-    started_at: str | None = None  # ISO UTC, when the first round began
+    started_at: Annotated[str | None, AfterValidator(_utc_time)] = None  # ISO UTC, when the first round began
     reference_variant: str | None = None  # the deployment's variant every other is held against
     floors: dict[str, float] = Field(default_factory=dict)  # the workload's regression floors per metric
     expected_effects: dict[str, ExpectedEffect] = Field(default_factory=dict)  # the variant's, for this workload

@@ -97,6 +97,8 @@ def _parse_line(line: str, where: str) -> Prompt:
         obj: Any = json.loads(line)
     except json.JSONDecodeError as exc:
         raise PromptError(f"{where}: not valid JSON: {exc.msg} (column {exc.colno})") from None
+    except RecursionError:
+        raise PromptError(f"{where}: not a prompt: JSON nested too deeply") from None
     if not isinstance(obj, dict):
         raise PromptError(f"{where}: expected a JSON object, got {type(obj).__name__}")
     unknown = sorted(set(obj) - KEYS)
@@ -107,7 +109,9 @@ def _parse_line(line: str, where: str) -> Prompt:
             raise PromptError(f"{where}: required field {key!r} is missing")
     prompt_id = obj["id"]
     if not isinstance(prompt_id, str) or not prompt_id.strip():
-        raise PromptError(f"{where}: id must be a non-empty string, got {prompt_id!r}")
+        raise PromptError(f"{where}: id must be a non-empty string, got {_shown(prompt_id)}")
+    if not _unicode(prompt_id):
+        raise PromptError(f"{where}: id {prompt_id!r} holds a lone surrogate escape (\\ud800-\\udfff): not text")
     raw = obj["messages"]
     if not isinstance(raw, list) or not raw:
         raise PromptError(f"{where}: messages must be a non-empty list (prompt {prompt_id!r})")
@@ -116,9 +120,26 @@ def _parse_line(line: str, where: str) -> Prompt:
         here = f"{where}: messages[{i}] (prompt {prompt_id!r})"
         if not isinstance(m, dict) or set(m) != {"role", "content"}:
             raise PromptError(f"{here}: expected an object with exactly 'role' and 'content'")
-        if m["role"] not in ROLES:
-            raise PromptError(f"{here}: role {m['role']!r} is not one of {', '.join(sorted(ROLES))}")
+        if not isinstance(m["role"], str) or m["role"] not in ROLES:
+            raise PromptError(f"{here}: role {_shown(m['role'])} is not one of {', '.join(sorted(ROLES))}")
         if not isinstance(m["content"], str) or not m["content"].strip():
             raise PromptError(f"{here}: content must be a non-empty string")
+        if not _unicode(m["content"]):
+            raise PromptError(f"{here}: content holds a lone surrogate escape (\\ud800-\\udfff): not text")
         messages.append(Message(m["role"], m["content"]))
     return Prompt(prompt_id, tuple(messages))
+
+
+def _unicode(text: str) -> bool:
+    """Whether ``text`` is text: JSON's escapes can spell a lone surrogate, which no encoder or tokenizer takes."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _shown(value: Any) -> str:
+    """A wrong value for an error line, cut short: a prompt file's line may be long."""
+    shown = repr(value)
+    return shown if len(shown) <= 60 else shown[:57] + "..."

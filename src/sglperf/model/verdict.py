@@ -78,17 +78,29 @@ class Verdict:
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> Verdict:
+        """KeyError/TypeError/ValueError when ``record`` is not one (a damaged verdicts file)."""
+        names = ("deployment", "variant", "intent", "expected")
+        if not all(isinstance(record[k], str) for k in names):
+            raise TypeError(f"{', '.join(names)} are strings")
         return cls(
-            deployment=str(record["deployment"]),
-            variant=str(record["variant"]),
-            intent=str(record["intent"]),
-            expected=str(record["expected"]),
+            deployment=record["deployment"],
+            variant=record["variant"],
+            intent=record["intent"],
+            expected=record["expected"],
             actual=None if record.get("actual") is None else str(record["actual"]),
             status=Status(record["status"]),
             detail=str(record.get("detail", "")),
             sglang_version=str(record.get("sglang_version", "unknown")),
-            reasons=tuple(record.get("reasons", ())),
-            warnings=tuple(record.get("warnings", ())),
+            reasons=_lines(record, "reasons"),
+            warnings=_lines(record, "warnings"),
             tier=str(record.get("tier", "preflight")),
-            caveats=tuple(record.get("caveats", ())),
+            caveats=_lines(record, "caveats"),
         )
+
+
+def _lines(record: Mapping[str, Any], name: str) -> tuple[str, ...]:
+    """A list of lines of a verdict record (absent: none); TypeError for anything else."""
+    value = record.get(name, [])
+    if not isinstance(value, list) or not all(isinstance(line, str) for line in value):
+        raise TypeError(f"{name} is a list of strings")
+    return tuple(value)

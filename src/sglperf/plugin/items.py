@@ -11,7 +11,7 @@ import pytest
 
 from sglperf.baselines.variant_effects import variant_effects
 from sglperf.errors import SglperfError
-from sglperf.model.deployment import Deployment, Variant
+from sglperf.model.deployment import EFFECTS, Deployment, Variant
 from sglperf.model.deployment_file import load
 from sglperf.model.measurement import MeasurementRecord
 from sglperf.model.numbers_source import NumbersSource
@@ -23,6 +23,8 @@ from sglperf.runtime.provenance import effective_config_record
 from sglperf.session import LiveSession, LiveSkip
 
 MEASUREMENT_PROPERTY = "sglperf_measurement"
+# The collector of a deployment's effect items (`EffectsNode`): under xdist its scope runs last.
+EFFECTS_NODE = EFFECTS
 
 
 class SGLangCaveat(UserWarning):
@@ -61,7 +63,7 @@ class DeploymentFile(pytest.File):
         for variant in deployment.variants:
             yield VariantNode.from_parent(self, name=variant.id, deployment=deployment)
         if any(v.expect_effect for v in deployment.variants):
-            yield EffectsNode.from_parent(self, name="effects", deployment=deployment)
+            yield EffectsNode.from_parent(self, name=EFFECTS_NODE, deployment=deployment)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
         message = explained(excinfo)

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
+import signal
+import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -42,6 +46,7 @@ class RunSummary:
         self.running: dict[str, float] = {}  # nodeid -> when it started; the controller's view, xdist's too
         self.finished = 0
         self.collected = 0
+        self.session: pytest.Session | None = None
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self.collected = len(session.items)
@@ -101,6 +106,7 @@ class RunSummary:
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         """A baseline refresh that refreshed nothing is a failure, not a green run: the person who asked
         for it would otherwise believe the baselines are new."""
+        self.session = session  # its exit status, which a signal during the report sets
         if hasattr(self.config, "workerinput") or not self.config.getoption("update_baselines"):
             return
         if any(r.status is BaselineStatus.RECORDED for r in self.rows):
@@ -133,14 +139,24 @@ class RunSummary:
                     tr.write_line(line)
         folder = self.config.stash[LIVE_KEY].options.results_dir
         if not hasattr(self.config, "workerinput") and folder.is_dir():
+            held: list[int] = []
             try:
                 # The run's one report: report.md, its plots and the effects below are all rendered from it.
-                written = markdown.record_and_write(folder.resolve(), chosen(self.config.getoption("history_store")))
+                with _signals_held(held):
+                    written = markdown.record_and_write(
+                        folder.resolve(), chosen(self.config.getoption("history_store"))
+                    )
             except NoResults:
                 return  # nothing was checked, measured or failed in this run
             except ResultsError as exc:
                 tr.write_line(f"sglperf report: not written: {exc}", red=True)
                 return
+            finally:
+                if held:
+                    names = ", ".join(dict.fromkeys(signal.Signals(n).name for n in held))
+                    tr.write_line(f"sglperf: {names} while the report was written: finished it first", red=True)
+                    if self.session is not None:
+                        self.session.exitstatus = pytest.ExitCode.INTERRUPTED
             if written.report.effects:
                 title, lines = effects_console(written.report)
                 tr.section(title)
@@ -176,3 +192,22 @@ def summary_line(row: MeasurementRow) -> str:
     if row.gpu_dropped_rounds:
         verdict += f"; {row.gpu_dropped_rounds} round(s) run again: GPU disturbed"
     return f"{row.key:44} {' '.join(cells)} {rounds:>6} {host:>5}  {verdict}"
+
+
+@contextlib.contextmanager
+def _signals_held(came: list[int]) -> Iterator[None]:
+    """Ctrl-C and SIGTERM noted, not acted on, while the report is written: a CI cancel that follows a
+    Ctrl-C (or lands at the run's end) would otherwise stop it halfway and the run would have no report.
+    The signals that came are added to ``came``; the previous handlers come back after. (The files are
+    written atomically: a run killed outright leaves the previous report, never half of one.)"""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {n: signal.getsignal(n) for n in (signal.SIGINT, signal.SIGTERM)}
+    for n in previous:
+        signal.signal(n, lambda signum, frame: came.append(signum))
+    try:
+        yield
+    finally:
+        for n, handler in previous.items():
+            signal.signal(n, handler)

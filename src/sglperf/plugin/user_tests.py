@@ -21,7 +21,7 @@ from sglperf.model.deployment import Deployment
 from sglperf.model.deployment_file import DeploymentError, load
 from sglperf.model.measurement import MeasurementRecord
 from sglperf.model.workload import LoadPoint, Workload
-from sglperf.plugin.items import ItemFailure, LiveTierItem, judge_measurement
+from sglperf.plugin.items import EFFECTS_NODE, ItemFailure, LiveTierItem, judge_measurement
 from sglperf.plugin.keys import LIVE_KEY, PREFLIGHT_KEY
 from sglperf.session import LiveSkip
 from sglperf.session.handles import EffectiveArgsView, ServerHandle, VariantRef
@@ -219,4 +219,34 @@ def make_variant_scheduler(config: pytest.Config, log: Any) -> Any:
             scope: str = super()._split_scope(nodeid)
             return scope
 
+        # Effect items read both variants' measurements from the results folder, and under xdist those are
+        # measured on other workers: their scopes are handed out only once no worker has anything else to run.
+
+        def _assign_work_unit(self, node: Any) -> None:
+            other = next((scope for scope in self.workqueue if not _is_effects(scope)), None)
+            if other is not None:
+                self.workqueue.move_to_end(other, last=False)  # the unit xdist's own code hands out
+                super()._assign_work_unit(node)
+                return
+            others = [n for n in self.assigned_work if n is not node]
+            if any(self._pending_of(self.assigned_work[n]) for n in others):
+                # One worker waits for the effects (its last item with it: xdist runs an item once it knows
+                # the next); the others end, as they would with nothing left.
+                if any(not n.shutting_down for n in others):
+                    node.shutdown()
+                return
+            while self.workqueue:
+                super()._assign_work_unit(node)
+
+        def mark_test_complete(self, node: Any, item_index: int, duration: float = 0) -> None:
+            super().mark_test_complete(node, item_index, duration)
+            # The last measurement done elsewhere releases the effects to the worker waiting for them.
+            if self.workqueue and all(_is_effects(scope) for scope in self.workqueue):
+                for waiting in [n for n in self.assigned_work if n is not node and not n.shutting_down]:
+                    self._reschedule(waiting)
+
     return VariantScopeScheduling(config, log)
+
+
+def _is_effects(scope: str) -> bool:
+    return scope.endswith(f"::{EFFECTS_NODE}")

@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import queue
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -170,8 +171,11 @@ class _Worker:
     """One probe process: import once, resolve many."""
 
     def __init__(self, python: str, profile: RunnerProfile, never_import: Sequence[str]):
-        # Kept open for the worker's lifetime and read on failure; close() removes it.
-        self._stderr = tempfile.NamedTemporaryFile(prefix="sglperf-probe-", suffix=".log", delete=False)  # noqa: SIM115
+        # The probe's own temporary folder, its TMPDIR: what it and SGLang make there (the simulated
+        # nvidia-smi, say) goes when close() removes it, even when the probe had to be killed.
+        self._scratch = tempfile.mkdtemp(prefix="sglperf-probe-")
+        # Kept open for the worker's lifetime and read on failure; close() removes it with the folder.
+        self._stderr = open(os.path.join(self._scratch, "stderr.log"), "w+b")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [python, str(PROBE)],
             stdin=subprocess.PIPE,
@@ -180,6 +184,7 @@ class _Worker:
             text=True,
             bufsize=1,
             start_new_session=True,
+            env={**os.environ, "TMPDIR": self._scratch},
         )
         self._lines: queue.Queue[str | None] = queue.Queue()
         self._asked = False  # a question is out: the probe is busy, and will not read stdin for a while
@@ -249,10 +254,8 @@ class _Worker:
                 self.proc.kill()
                 self.proc.wait()
         kill_group(self.proc.pid)  # anything it started (it leads its own session)
-        try:
-            os.unlink(self._stderr.name)
-        except OSError:
-            pass
+        self._stderr.close()
+        shutil.rmtree(self._scratch, ignore_errors=True)
 
 
 class WorkerPool:

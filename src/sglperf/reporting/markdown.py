@@ -10,6 +10,7 @@ from pathlib import Path
 from sglperf.baselines import roofline
 from sglperf.history import HistoryError, SqlHistoryStore, open_store
 from sglperf.history.ingest import stored_run
+from sglperf.model.files import NotAFolderError, own_folder, write_text_atomic
 from sglperf.model.item_outcome import INTERRUPTED_PHASE
 from sglperf.model.measurement import MeasurementRecord, Roofline
 from sglperf.model.metrics import describe_change
@@ -18,7 +19,7 @@ from sglperf.reporting import history, plots
 from sglperf.reporting.effects import effects_markdown
 from sglperf.reporting.plots import effect_plot_name
 from sglperf.reporting.run_report import RunReport, read_report
-from sglperf.results.folder import PLOTS_DIR, REPORT_NAME, collect
+from sglperf.results.folder import PLOTS_DIR, REPORT_NAME, ResultsError, collect
 from sglperf.sglang.metrics_catalogue import WATCHED
 
 
@@ -225,9 +226,12 @@ def write(folder: Path, store: SqlHistoryStore | None = None, store_note: str | 
 
 def write_report(report: RunReport, folder: Path) -> Path:
     """``report`` as report.md and plots/*.png in ``folder``; returns the markdown's path."""
-    made = plots.draw(report, folder / PLOTS_DIR)
+    try:
+        made = plots.draw(report, own_folder(folder, PLOTS_DIR))
+    except NotAFolderError as exc:
+        raise ResultsError(str(exc)) from None
     path = folder / REPORT_NAME
-    path.write_text(markdown(report, made) + "\n")
+    write_text_atomic(path, markdown(report, made) + "\n")  # a link there is replaced, never written through
     return path
 
 

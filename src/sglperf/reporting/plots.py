@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import math
 import re
 from collections.abc import Sequence
@@ -12,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from sglperf.baselines.changepoint import Drift
-from sglperf.model.files import confined
+from sglperf.model.files import confined, write_bytes_atomic
 from sglperf.model.measurement import MeasurementRecord, MetricComparison
 from sglperf.model.metrics import METRICS, Direction, describe_change, unit_of
 from sglperf.model.numbers_source import NumbersSource
@@ -75,8 +76,15 @@ def _panels(plt: Any, panels: int, title: str) -> tuple[Any, list[Any]]:
 def _save(plt: Any, fig: Any, path: Path, handles: Sequence[Any]) -> Path:
     if handles:
         fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 4), fontsize=8, frameon=False)
-    fig.savefig(path, dpi=DPI)
+    return _write(plt, fig, path, DPI)
+
+
+def _write(plt: Any, fig: Any, path: Path, dpi: int) -> Path:
+    """The figure as a PNG at ``path``, replacing whatever is there (a link too: never drawn through)."""
+    png = io.BytesIO()
+    fig.savefig(png, dpi=dpi, format="png")
     plt.close(fig)
+    write_bytes_atomic(path, png.getvalue(), fsync=False)
     return path
 
 
@@ -324,9 +332,7 @@ def effects_figure(effects: Sequence[VariantEffect], path: Path, source: Numbers
     where = f"{first.deployment}: {first.workload}@{first.load}, against {first.reference}" if first else ""
     ax.set_title(f"Variant effects, {where}{source.words.figure_line}", fontsize=11)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _write(plt, fig, path, 110)
 
 
 def effect_plot_name(effect: VariantEffect) -> str:

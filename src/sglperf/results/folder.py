@@ -37,7 +37,15 @@ from pydantic import ValidationError
 
 from sglperf.errors import SglperfError
 from sglperf.model.effective_config import EffectiveConfigRecord
-from sglperf.model.files import SAFE_NAME_PATTERN, os_problem, read_input, strict_json, write_text_atomic
+from sglperf.model.files import (
+    SAFE_NAME_PATTERN,
+    append_line_no_follow,
+    os_problem,
+    own_folder,
+    read_input,
+    strict_json,
+    write_text_atomic,
+)
 from sglperf.model.item_outcome import ItemOutcome
 from sglperf.model.measurement import MeasurementRecord
 from sglperf.model.numbers_source import NumbersSource
@@ -188,14 +196,14 @@ def append_line(folder: Path, kind: LineKind, writer: str, record: dict[str, Any
     if run is not None:
         said = run.stamp(folder)
         record[RUN_ID_FIELD] = run.run_id
-    with open(kind.file(folder, writer), "a") as fh:
-        fh.write(strict_json(record, sort_keys=True) + "\n")
+    append_line_no_follow(kind.file(folder, writer), strict_json(record, sort_keys=True) + "\n")
     return said
 
 
 def write_measurement(record: MeasurementRecord, result: dict[str, Any], folder: Path) -> Path:
     """The record in its file, atomically, with the meter's raw per-request record beside it under "result"
     (for people and tools: sglperf never reads it back). OSError when it cannot be written."""
+    own_folder(folder, MEASUREMENTS_DIR)  # a link there is replaced: the record never lands elsewhere
     path = measurement_path(folder, record.key)
     written = {**record.model_dump(mode="json"), "result": result}
     write_text_atomic(path, strict_json(written, indent=1, sort_keys=True, default=str))
@@ -209,17 +217,35 @@ def _run_lines(folder: Path, glob: str, parse: Callable[[dict[str, Any]], T], wh
     for path, n, line in _lines(folder, glob):
         try:
             record = json.loads(line)
+            if not isinstance(record, dict):
+                raise TypeError(f"a JSON {type(record).__name__}, not an object")
             written_by, parsed = record.get(RUN_ID_FIELD), parse(record)
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise ResultsError(f"{path}:{n}: not {what} record ({exc})") from None
+        except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as exc:
+            raise ResultsError(f"{path}:{n}: not {what} record ({type(exc).__name__}: {str(exc)[:200]})") from None
         if run_id is None or written_by == run_id:
             found.append(parsed)
     return found
 
 
+def failed_items_of(folder: Path, run_id: str | None) -> dict[str, str]:
+    """The items of run ``run_id`` that failed so far, by their name (a measurement's key): each one's
+    headline. Empty when the folder's outcome lines cannot be read (they are reported where they are read)."""
+    try:
+        found = _run_lines(folder, LineKind.OUTCOMES.glob, ItemOutcome.from_record, "an item outcome", run_id)
+    except ResultsError:
+        return {}
+    return {o.nodeid.rsplit("::", 1)[-1]: o.headline for o in found}
+
+
 def _lines(folder: Path, glob: str) -> Iterator[tuple[Path, int, str]]:
     for path in sorted(folder.glob(glob)):
-        for n, line in enumerate(path.read_text().splitlines(), 1):
+        try:
+            text = read_input(path).decode("utf-8")
+        except OSError as exc:  # a directory, a FIFO (which would block forever), a device, too large
+            raise ResultsError(f"{path}: cannot read it: {os_problem(exc)}") from None
+        except UnicodeDecodeError as exc:
+            raise ResultsError(f"{path}: not UTF-8 text (byte {exc.start}): not a file sglperf wrote") from None
+        for n, line in enumerate(text.splitlines(), 1):
             if line.strip():
                 yield path, n, line
 

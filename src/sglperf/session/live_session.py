@@ -392,12 +392,12 @@ class LiveSession:
             v: self.measured.get(key) or results_folder.this_runs_measurement(self.options.results_dir, key, this_run)
             for v, key in keys.items()
         }
-        missing = [v for v, record in records.items() if record is None]
         reference, measured = records[deployment.reference], records[variant.id]
         if reference is None or measured is None:
+            failed = results_folder.failed_items_of(self.options.results_dir, this_run)
+            missing = [_not_measured(keys[v], failed) for v, record in records.items() if record is None]
             raise LiveSkip(
-                f"{deployment.key}/{variant.id} {workload.id}@{load.tag}: effect not judged: "
-                f"{' and '.join(missing)} not measured at this point in this run (deselected, or it failed)"
+                f"{deployment.key}/{variant.id} {workload.id}@{load.tag}: effect not judged: " + "; ".join(missing)
             )
         return reference, measured
 
@@ -494,3 +494,10 @@ def _user_emulator_config(text: str | None) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise server.ServerStartError(f"--emulator-config {text!r}: expected a JSON object")
     return data
+
+
+def _not_measured(key: str, failed: dict[str, str]) -> str:
+    """Why this run has no record of ``key``: its item's failure when it failed, else what else it can be."""
+    if key in failed:
+        return f"{key} failed without a record ({failed[key]})"
+    return f"{key} has no record in this run (deselected or skipped; under pytest-xdist: not yet, use --dist loadscope)"

@@ -23,9 +23,12 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, replace
 from functools import cache
 from importlib import resources
+from pathlib import Path
 
 from packaging.version import Version
 
+from sglperf.errors import SglperfError
+from sglperf.model.files import os_problem, read_input
 from sglperf.sglang.argv import ParserInfo
 from sglperf.sglang.intents import spelling_of_intent_flag as intent_spelling
 
@@ -117,10 +120,41 @@ class DeprecationLedger:
         return json.dumps([asdict(e) for e in self.entries], indent=1, sort_keys=True) + "\n"
 
 
+class DeprecationsError(SglperfError, ValueError):
+    """The shipped ledger cannot be read: sglperf's own install is damaged."""
+
+
+def shipped_path() -> Path:
+    return Path(str(resources.files("sglperf.sglang").joinpath(SHIPPED_FILE)))
+
+
 @cache
 def _shipped_entries() -> tuple[Deprecation, ...]:
-    text = resources.files("sglperf.sglang").joinpath(SHIPPED_FILE).read_text(encoding="utf-8")
-    return tuple(Deprecation(**raw) for raw in json.loads(text))
+    path = shipped_path()
+    fix = "reinstall sglperf (pip install --force-reinstall sglperf), or in a checkout run ci/refresh-deprecations.py"
+    try:
+        raw = json.loads(read_input(path).decode("utf-8"))
+    except FileNotFoundError:
+        raise DeprecationsError(f"{path}: sglperf's deprecation ledger is missing: {fix}") from None
+    except OSError as exc:
+        raise DeprecationsError(f"{path}: cannot read sglperf's deprecation ledger: {os_problem(exc)}: {fix}") from None
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise DeprecationsError(
+            f"{path}: sglperf's deprecation ledger is not JSON ({type(exc).__name__}): {fix}"
+        ) from None
+    try:
+        if not isinstance(raw, list):
+            raise TypeError("not a list")
+        entries = tuple(Deprecation(**entry) for entry in raw)
+        for entry in entries:
+            texts = (entry.flag, entry.replacement, entry.first, entry.last)
+            if not all(isinstance(t, str) for t in texts) or not isinstance(entry.message, (str, type(None))):
+                raise TypeError(f"{entry.flag!r}: not all text")
+            for release in (entry.first, entry.last):
+                Version(release)
+    except (TypeError, ValueError) as exc:  # InvalidVersion is a ValueError
+        raise DeprecationsError(f"{path}: sglperf's deprecation ledger is damaged ({exc}): {fix}") from None
+    return entries
 
 
 def accepts_spelling(parser: ParserInfo, spelling: str) -> bool:

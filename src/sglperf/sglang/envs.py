@@ -13,17 +13,20 @@ The environments that serve on this CPU build on these (cpu_envs), never the oth
 
 from __future__ import annotations
 
+import contextlib
 import email.parser
 import fnmatch
 import hashlib
 import importlib.util
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -34,7 +37,9 @@ from packaging.requirements import Requirement
 from packaging.version import InvalidVersion, Version
 
 from sglperf.errors import SglperfError
+from sglperf.model.files import os_problem
 from sglperf.model.progress import Progress, silent
+from sglperf.sglang.processes import run_bounded
 
 T = TypeVar("T")
 
@@ -114,8 +119,43 @@ class SGLangEnv:
 
     @property
     def ready(self) -> bool:
-        marker = self.path / READY_MARKER
-        return marker.is_file() and marker.read_text().strip() == recipe_digest(self.version)
+        return self.problem is None
+
+    @property
+    def problem(self) -> str | None:
+        """Why this environment cannot be used as it is (it is then rebuilt), or None: it is ready."""
+        if _marker(self.path) != recipe_digest(self.version):
+            return "not built, or built by another recipe"
+        return broken(self.path)
+
+
+TORCH_PTH = "zz_sglperf_torch.pth"  # in a release environment's site-packages: where the shared torch is
+
+
+def _marker(path: Path) -> str | None:
+    """What a ready marker in ``path`` holds; None without one (or one that cannot be read)."""
+    try:
+        return (path / READY_MARKER).read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def broken(path: Path) -> str | None:
+    """What of a built environment is gone, or None. A venv's interpreter links to the one it was made from,
+    and a release environment sees the shared torch through its .pth: delete either (a Python upgrade, a
+    cleaned cache) and the marker alone would still say ready."""
+    python = path / "bin" / "python"
+    if not python.exists():  # follows the link: a dangling one is gone
+        return f"its interpreter {python} is gone (the Python it was made from was removed or moved)"
+    for pth in path.glob(f"lib/python*/site-packages/{TORCH_PTH}"):
+        try:
+            shared = [Path(line.strip()) for line in pth.read_text().splitlines() if line.strip()]
+        except (OSError, UnicodeDecodeError):
+            return f"{pth} cannot be read"
+        gone = [str(folder) for folder in shared if not (folder / "torch").is_dir()]
+        if gone:
+            return f"the shared torch it uses is gone ({', '.join(gone)})"
+    return None
 
 
 def home() -> Path:
@@ -199,7 +239,7 @@ def recipe_digest(version: str) -> str:
 def run_step(cmd: list[str], step: str, progress: Progress) -> None:
     """One build step, said in one line; EnvBuildError naming it, with the tail of its output, when it fails."""
     progress(f"  {step}: {' '.join(cmd[:4])} ...")
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = run_bounded(cmd, None)  # its own process group: pip's and uv's children end with it, or with us
     if proc.returncode != 0:
         # pip's own last error lines, without its warnings about this machine's index settings.
         lines = [
@@ -217,29 +257,92 @@ def site_packages(venv: Path) -> Path:
     return found[0]
 
 
+def _torch_ready(venv: Path) -> bool:
+    """The shared torch environment, built and whole: its marker, its interpreter and torch itself."""
+    return (
+        (venv / READY_MARKER).is_file()
+        and broken(venv) is None
+        and bool(list(venv.glob("lib/python*/site-packages/torch")))
+    )
+
+
 def ensure_torch_env(progress: Progress) -> Path:
     """The shared torch environment; returns its site-packages."""
     venv = envs_root() / f"torch-{TORCH_SPEC[0].split('==')[1]}"
-    marker = venv / READY_MARKER
-    with FileLock(str(venv) + ".lock"):
-        if not marker.is_file():
+    with _build_lock(venv, lambda: _torch_ready(venv), "the shared torch environment") as usable:
+        if not usable:
             progress(f"building shared torch environment {venv} (about a minute)")
             remove_env_folder(venv)
             create_venv(venv, uv_executable(), progress)
             # pip, not uv: pip reads this machine's configuration (a cap on torch, its wheels on local disk);
             # uv reads none of it and downloads a CUDA build of about 3 GB (docs/benchmarks.md, first run).
             _pip_install(venv / "bin" / "python", [*TORCH_SPEC], "install torch", progress)
-            marker.write_text("ok\n")
+            (venv / READY_MARKER).write_text("ok\n")
     return site_packages(venv)
 
 
+@contextlib.contextmanager
+def _build_lock(path: Path, ready: Callable[[], bool], what: str) -> Iterator[bool]:
+    """Held while ``path`` is checked and (re)built; yields whether it is ready as it is.
+
+    A cache that cannot be written (a read-only SGLPERF_HOME prepared for a team, a full disk) takes no
+    lock: a ready environment there is used as it is, since nobody can rebuild it either, and one that is
+    not ready is one EnvBuildError saying what to do. A build's own OSError (the disk filling up) is an
+    EnvBuildError too: the folder is removed (`build_afresh`), and a walk goes on with the next release."""
+    lock: FileLock | None = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(str(path) + ".lock")
+        lock.acquire()
+    except OSError as exc:
+        lock = None
+        if not ready():
+            raise EnvBuildError(
+                f"{what} in {path} is not ready and cannot be built there ({os_problem(exc)}): set SGLPERF_HOME "
+                "to a writable folder, or pass --sglang-python of an SGLang environment"
+            ) from None
+    try:
+        with _signals_unwind():
+            yield ready()
+    except OSError as exc:
+        raise EnvBuildError(f"building {what} in {path} failed: {os_problem(exc)}") from None
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+@contextlib.contextmanager
+def _signals_unwind() -> Iterator[None]:
+    """SIGTERM (a CI cancel) unwinds like Ctrl-C while a build runs, so its steps' process groups are ended
+    and its half-built folder removed, rather than the interpreter dying with compileall's workers left
+    running. In the main thread only (where Python delivers signals); the previous handler comes back."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous not in (signal.SIG_DFL, None):  # someone's own handler (pytest's plugin): theirs decides
+        yield
+        return
+    signal.signal(signal.SIGTERM, _interrupted)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
 def ensure_env(version: str, progress: Progress = silent) -> SGLangEnv:
-    """Build (once) and return the environment for SGLang ``version``."""
+    """Build (once) and return the environment for SGLang ``version``; one that is no longer whole (its
+    interpreter or the shared torch gone) is rebuilt."""
     env = env_for(version)  # validates the version before it names any folder
-    env.path.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(env.path) + ".lock"):
-        if env.ready:
+    with _build_lock(env.path, lambda: env.ready, f"the SGLang {version} environment") as usable:
+        if usable:
             return env
+        if env.path.is_dir() and _marker(env.path) == recipe_digest(version):
+            progress(f"SGLang {version} environment in {env.path}: {env.problem}; rebuilding it")
         with tempfile.TemporaryDirectory() as tmp:
             # The wheel first: a release that does not exist fails before anything is created.
             wheel = _download_wheel(version, Path(tmp), progress)
@@ -387,7 +490,7 @@ def compile_bytecode(site: Path, progress: Progress) -> None:
     package's Python 2 or broken test file) stays source, as it was; one line says how many."""
     cmd = [sys.executable, "-m", "compileall", "-q", "-j", "0", str(site)]
     progress(f"  compile bytecode: {' '.join(cmd[:4])} ...")
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = run_bounded(cmd, None)  # its workers are its process group's: a cancelled build ends them too
     if proc.returncode != 0:
         failed = sum(line.startswith("*** Error compiling") for line in proc.stdout.splitlines())
         if failed:
@@ -400,7 +503,7 @@ def compile_bytecode(site: Path, progress: Progress) -> None:
 
 def _build(env: SGLangEnv, wheel: Path, torch_site: Path, progress: Progress) -> None:
     uv = create_venv(env.path, uv_executable(), progress)
-    (site_packages(env.path) / "zz_sglperf_torch.pth").write_text(f"{torch_site}\n")
+    (site_packages(env.path) / TORCH_PTH).write_text(f"{torch_site}\n")
     with zipfile.ZipFile(wheel) as zf:
         meta_name = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
         requirements = light_requirements(zf.read(meta_name).decode())

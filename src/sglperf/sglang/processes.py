@@ -17,10 +17,10 @@ from typing import Any
 REAP_S = 5.0  # after the group is killed, for its pipes to close
 
 
-def run_bounded(cmd: Sequence[str], timeout_s: float, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+def run_bounded(cmd: Sequence[str], timeout_s: float | None, **kwargs: Any) -> subprocess.CompletedProcess[str]:
     """``subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)``, in a new session;
-    on the timeout (TimeoutExpired is raised, as by ``run``) and after a normal exit alike, whatever is
-    left of its process group is killed."""
+    on the timeout (TimeoutExpired is raised, as by ``run``), on Ctrl-C (or any exception while it runs)
+    and after a normal exit alike, whatever is left of its process group is killed."""
     proc = subprocess.Popen(
         list(cmd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, **kwargs
     )
