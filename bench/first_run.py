@@ -178,7 +178,7 @@ def _row(name: str, cells: list[str]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--before", required=True, help="commit without the change")
+    parser.add_argument("--before", help="commit without the change (default: none, only --after)")
     parser.add_argument("--after", default="HEAD", help="commit with it")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/sglperf-first-run"), help="clones and HOMEs")
     parser.add_argument("--page", action="store_true", help=f"follow {PAGE} (default: bash ci/preflight.sh)")
@@ -191,7 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     _docs_table.add_flag(parser)
     args = parser.parse_args(argv)
     runs = []
-    for label, commit in (("before", args.before), ("after", args.after)):
+    commits = [("before", args.before)] if args.before else []
+    for label, commit in [*commits, ("after", args.after)]:
         sha = subprocess.run(
             ["git", "-C", str(REPO), "rev-parse", commit], check=True, capture_output=True, text=True
         ).stdout.strip()
