@@ -53,16 +53,18 @@ def test_the_page_takes_a_new_repository_from_nothing_to_a_compared_baseline(tmp
     checkout_before = _untracked(ROOT)
     outputs = {line: _run(line, repo, env) for block in (install, init, preflight, measure) for line in block}
 
-    # pip's in-tree build of the checkout (build/) is ignored there: installing leaves it as it was.
+    # The in-tree build of the checkout (build/, its egg-info) is ignored there: installing leaves it as it was.
     assert _untracked(ROOT) <= checkout_before, _untracked(ROOT) - checkout_before
 
     # Installed into the repository's own venv, not run from the checkout.
     where = _run(".venv/bin/python -c 'import sglperf; print(sglperf.__file__)'", repo, env).stdout
     assert where.startswith(str(repo / ".venv")), where
-    # With uv, which builds each SGLang environment in seconds where pip takes minutes: the page's install
-    # line brings it (a dependency), and the venv's sglperf uses that one.
+    # With uv, which builds each SGLang environment in seconds where pip takes minutes: the venv's sglperf
+    # uses the venv's uv, and would have it however installed (the page's pip alternative too): a dependency.
     uv = _run(".venv/bin/python -c 'from sglperf.sglang import envs; print(envs.uv_executable())'", repo, env)
     assert uv.stdout.strip() == str(repo / ".venv" / "bin" / "uv"), uv.stdout
+    requires = _run(".venv/bin/python -c 'import importlib.metadata as m; print(m.requires(\"sglperf\"))'", repo, env)
+    assert re.search(r"'uv\b", requires.stdout), requires.stdout
 
     # The deployment on the page is the one init wrote, byte for byte; so is the listing of what it wrote.
     (shown,) = _blocks("toml")
