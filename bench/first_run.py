@@ -109,7 +109,9 @@ def _page_script(folder: Path, clone: Path, until: str) -> tuple[list[str], list
         if running:  # the line before ends where this one starts
             steps.append((running, re.compile(re.escape(mark) + "$")))
         words = shlex.split(line)
-        running = f"line {i + 1}: `{' '.join([Path(words[0]).name, *words[1:3]])}`"
+        running = f"`{' '.join([Path(words[0]).name, *words[1:3]])}`"
+        seen = sum(name.startswith(running) for name, _ in steps)
+        running += f" ({seen + 1})" if seen else ""  # the page's second `pytest -m measure`, say
         if "sglperf preflight " in line and not built:  # it builds the SGLang environments first
             steps += [(f"{running}: start-up, {BUILD[0][0]}", BUILD[0][1]), *BUILD[1:]]
             running, built = f"{running}: preflight itself", True
@@ -172,6 +174,17 @@ def _wall(time_v: str) -> float:
     return seconds
 
 
+def _rows(runs: list[list[str]]) -> list[str]:
+    """Every run's steps in one list, each run's in its order: a step only one run has (the page's
+    install lines of another commit) comes right after the step it follows there."""
+    rows: list[str] = []
+    for names in runs:
+        for i, name in enumerate(names):
+            if name not in rows:
+                rows.insert(rows.index(names[i - 1]) + 1 if i else 0, name)
+    return rows
+
+
 def _row(name: str, cells: list[str]) -> None:
     print(f"| {name} | " + " | ".join(cells) + " |")
 
@@ -204,8 +217,8 @@ def main(argv: list[str] | None = None) -> int:
     heads = " | ".join(f"{label} ({run.commit[:7]})" for label, run in runs)
     print(f"| step | {heads} |")
     print("|---|" + "---:|" * len(runs))
-    for i, (name, _) in enumerate(runs[-1][1].steps):  # a step the other commit lacks: "-"
-        _row(name, [f"{r.steps[i][1]:.1f} s" if i < len(r.steps) and r.steps[i][0] == name else "-" for _, r in runs])
+    for name in _rows([[name for name, _ in run.steps] for _, run in runs]):  # one a commit lacks: "-"
+        _row(name, [f"{dict(run.steps)[name]:.1f} s" if name in dict(run.steps) else "-" for _, run in runs])
     _row("**wall time** (`/usr/bin/time`)", [f"**{run.wall:.1f} s**" for _, run in runs])
     _row("exit code", [str(run.exit_code) for _, run in runs])
     _row("the rest of the machine's CPU meanwhile", [f"{run.others_cpu:.0%}" for _, run in runs])
