@@ -54,7 +54,8 @@ ROOT = Path(__file__).resolve().parent.parent
 QWEN36 = ROOT / "deployments" / "qwen36.toml"
 LANGUAGES = {"python", "toml", "bash", "sh", "shell", "console", "text"}
 SHELL = {"bash", "sh", "shell", "console"}
-VENV_TOOLS = {"sglperf", "pytest", "python", "python3", "mkdocs", "ruff", "mypy", "pip"}
+# uv: a dependency of sglperf, in every venv that has it.
+VENV_TOOLS = {"sglperf", "pytest", "python", "python3", "mkdocs", "ruff", "mypy", "pip", "uv"}
 SYSTEM_TOOLS = {"bash", "sh", "grep", "git", "cat", "echo", "export", "cd", "ls", "env"}
 OPERATORS = {"&&", "||", ";", "|", "&"}
 REDIRECTIONS = {">", ">>", "<", "2>", "2>&1"}

@@ -414,6 +414,27 @@ def _build_with_fake_installers(
     return commands, said, env
 
 
+def test_the_uv_installed_with_sglperf_is_found_wherever_its_binary_went(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # A `pip install --user` (or an interpreter symlinked from elsewhere) puts no uv beside sys.executable,
+    # and ~/.local/bin is often not on PATH: the uv package itself knows where its binary is.
+    from uv import find_uv_bin
+
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "bin" / "python3"))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert envs.uv_executable() == find_uv_bin()
+
+
+def test_without_the_uv_package_uv_on_path_or_none(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setitem(sys.modules, "uv", None)  # sglperf installed with --no-deps: `import uv` fails
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert envs.uv_executable() is None
+    (tmp_path / "uv").write_text("#!/bin/sh\n")
+    (tmp_path / "uv").chmod(0o755)
+    assert envs.uv_executable() == str(tmp_path / "uv")
+
+
 def test_a_build_with_uv_makes_the_venv_and_installs_the_wheel_with_uv(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

@@ -396,9 +396,16 @@ def _download_wheel(version: str, folder: Path, progress: Progress) -> Path:
 
 
 def uv_executable() -> str | None:
-    """uv beside this interpreter (ci/setup.sh installs it into the harness's venv), else on PATH."""
-    beside = Path(sys.executable).parent / "uv"
-    return str(beside) if beside.is_file() else shutil.which("uv")
+    """The uv installed with sglperf (a dependency: its package knows where its binary went, in a venv's
+    bin/, the user's ~/.local/bin or a --target folder), else uv on PATH, else None: pip builds."""
+    try:
+        from uv import find_uv_bin
+    except ImportError:  # sglperf installed with --no-deps
+        return shutil.which("uv")
+    try:
+        return find_uv_bin()
+    except FileNotFoundError:  # the package without its binary
+        return shutil.which("uv")
 
 
 def torch_env_gpu_only(torch_site: Path) -> list[str]:
