@@ -4,8 +4,9 @@ emulator record and compare. Before, `init` could not size the model (config.jso
 Llama/Qwen only, so TP fell back to every GPU) and every emulator measurement died on "model_type 'gemma3'
 is not supported", reported as a bug in sglperf.
 
-The emulator runs fast (its numbers are a test double's: what is checked is the loop). Only the c1 points
-are selected: keeping 32 requests in flight with init's 4 starter prompts is another part of the issue.
+The emulator runs fast (its numbers are a test double's: what is checked is the loop). The issue's user also
+asked for concurrency 32 over init's 4 starter prompts, which ran "12 rounds of 4 prompts" with at most 4 in
+flight while preflight judged the decode graph for batch 32: that point now keeps 32 in flight.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ SGLPERF = str(Path(sys.executable).with_name("sglperf"))
 GEMMA = ROOT / "tests" / "data" / "hf-configs" / "gemma-3-12b-it"
 KEY = "gemma-3-12b-it"
 L40S = ("--gpus", "1", "--gpu-name", "NVIDIA L40S", "--memory-gib", "48", "--compute-capability", "8.9")
-EMULATOR = {"decode_step_s": 0.002, "prefill_s_per_token": 0.0002, "noise_cv": 0.02}
+# Prefill long enough that TTFT is the emulated time, not the loaded host's few milliseconds of HTTP.
+EMULATOR = {"decode_step_s": 0.002, "prefill_s_per_token": 0.002, "noise_cv": 0.02}
 
 
 def _run(
@@ -91,6 +93,17 @@ def test_gemma_from_init_to_a_compared_emulator_run(tmp_path: Path, sglang_pytho
     report = (repo / "results" / "compared" / "report.md").read_text()
     assert "## Failed items" not in report and "1 measurements (0 regressions)" in report, report
     _run([SGLPERF, "compare", "results/recorded", "results/compared"], repo, env)
+
+    # The issue's c32 over the 4 starter prompts: 32 in flight, as SGLang's own batch lines count them.
+    (repo / "deployments" / f"{KEY}.toml").write_text(
+        deployment.replace("concurrency = [1]", "concurrency = [1, 32]", 1)
+    )
+    _run([*pytest_run, "-k", "defaults and c32", "--baseline-missing=skip", "--results-dir=results/c32"], repo, env)
+    (record_path,) = (repo / "results" / "c32" / "measurements").glob("*-c32.json")
+    record = json.loads(record_path.read_text())
+    assert record["sends"]["in_flight"] == 32, record["sends"]
+    running = [r["max_running_req"] for r in record["batches"]["rounds"]]
+    assert running and min(running) == 32, running
 
     # The emulated server holds what SGLang 0.5.23 builds: text 21.92 GiB and, as the model class always
     # builds it, the SigLIP tower's 0.78 GiB.
