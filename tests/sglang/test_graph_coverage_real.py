@@ -133,7 +133,8 @@ def test_the_walk_names_the_release_that_raised_the_cap(sglang_python: SglangPyt
     lines = proc.stdout.splitlines()
     assert "Releases walked: 0.5.19 -> 0.5.20 -> 0.5.21" in lines
     at = lines.index(f"    0.5.20: cuda_graph_config.decode.max_bs: {before} -> {after}")
-    assert lines[at + 1].strip().startswith("handle_gpu_memory_settings (memory_hook.py:"), lines[at + 1]
+    # The rule that moved it, labelled with the release whose code it quotes.
+    assert lines[at + 1].strip().startswith("0.5.20: handle_gpu_memory_settings (memory_hook.py:"), lines[at + 1]
     assert "elif gpu_mem < 35 * 1024" in lines[at + 1]
 
 
