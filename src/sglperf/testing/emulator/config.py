@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,6 +89,11 @@ class EmulatorConfig:
     step_s_per_running_request: float = 0.0
     # How many prefills run at once, taken FIFO in arrival order; None: each request prefills on arrival.
     prefill_slots: int | None = None
+    # Drift (timing.py, "Drift"): every step and prefill lasts 1 + drift_per_min x the minutes of wall
+    # clock since drift_epoch (a Unix time, time.time(), the same for every server of a run; None: this
+    # emulator process's start) when it begins. 0: none.
+    drift_per_min: float = 0.0
+    drift_epoch: float | None = None
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -103,6 +109,10 @@ class EmulatorConfig:
             raise ConfigError(f"prefill_slots must be >= 1 (or null: no queue), got {self.prefill_slots}")
         if self.stream_interval < 1:
             raise ConfigError(f"stream_interval must be >= 1, got {self.stream_interval}")
+        for name in ("drift_per_min", "drift_epoch"):
+            value = getattr(self, name)
+            if value is not None and not math.isfinite(value):
+                raise ConfigError(f"{name} must be a finite number, got {value}")
         code = self.exit_during_startup
         if code is not None and not -64 <= code <= 255:
             raise ConfigError(f"exit_during_startup must be an exit code 0..255 or a signal -1..-64, got {code}")
@@ -154,6 +164,7 @@ def _check_type(name: str, type_: str, value: Any) -> None:
         "int": is_int and value >= 0,
         "float": (is_int or isinstance(value, float)) and value >= 0,
         "int | None": value is None or (is_int and (signed or value >= 0)),
+        "float | None": value is None or ((is_int or isinstance(value, float)) and value >= 0),
         "tuple[str, ...]": isinstance(value, tuple) and all(isinstance(v, str) for v in value),
     }.get(type_)
     if ok is None:

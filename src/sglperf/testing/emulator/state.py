@@ -36,6 +36,7 @@ from sglperf.testing.emulator.timing import (
     Plan,
     PrefillSlots,
     chunk_plan,
+    drift_factor,
     expected_decode_tok_s,
     loaded_step_s,
     plan_request,
@@ -111,6 +112,7 @@ class Run:
     finish: dict[str, Any]
     spec: bool
     faults: TokenFaults = field(default_factory=TokenFaults)
+    since_epoch_s: float = 0.0  # wall-clock seconds from the drift epoch to t0 (timing.py, "Drift")
     tokens_out: int = 0  # sent so far
     retracted: bool = False  # its retraction is counted and logged
     resumed: bool = False  # its re-prefill is logged
@@ -121,6 +123,10 @@ class Run:
     first_delay_s: float = 0.0  # delay_s once its first token is out
     next_pass: int = 0  # the first pass whose start has not been reached yet
     decoding: bool = False  # counted in EmulatorState.decoding
+
+    def since_epoch_at(self, now: float) -> float:
+        """Wall-clock seconds from the drift epoch to ``now`` (a perf_counter time)."""
+        return self.since_epoch_s + (now - self.t0)
 
     def waiting(self, now: float) -> bool:
         """Retracted and waiting in the queue (holding no KV) at ``now``."""
@@ -222,8 +228,14 @@ class EmulatorState:
         sizes = decode.get("bs") if isinstance(decode, dict) else None
         return [int(b) for b in sizes] if isinstance(sizes, list) and sizes else list(range(1, 9))
 
+    @property
+    def drift_epoch(self) -> float:
+        """The Unix time drift is counted from: the run's, else this emulator's start."""
+        return self.started if self.config.drift_epoch is None else self.config.drift_epoch
+
     def start_run(self, req: GenRequest) -> Run:
         t0 = time.perf_counter()
+        since_epoch_s = time.time() - self.drift_epoch
         with self.lock:
             index = self.stats.request_index
             self.stats.request_index += 1
@@ -232,7 +244,7 @@ class EmulatorState:
         if not req.ignore_eos and cfg.eos_after_tokens is not None and cfg.eos_after_tokens < n_tokens:
             n_tokens, finish = cfg.eos_after_tokens, {"type": "stop", "matched": EOS_TOKEN_ID}
         rng = np.random.default_rng([cfg.seed, index])
-        plan = plan_request(cfg, self.spec_steps, req.prompt_tokens, n_tokens, rng)
+        plan = plan_request(cfg, self.spec_steps, req.prompt_tokens, n_tokens, rng, since_epoch_s)
         faults = TokenFaults.of(cfg)
         chunks = chunk_plan(plan, cfg.stream_interval, faults.split_points)
         run = Run(
@@ -246,11 +258,20 @@ class EmulatorState:
             finish=finish,
             spec=self.spec_steps is not None,
             faults=faults,
+            since_epoch_s=since_epoch_s,
         )
+
+        def prefill_s(start: float) -> float:
+            """Its prefill's time if it starts at ``start``: drifted then, not at arrival as planned."""
+            late = drift_factor(cfg, since_epoch_s + (start - t0)) / drift_factor(cfg, since_epoch_s)
+            return plan.prefill_s * late  # an exact * 1.0 without drift
+
         with self.lock:
             if cfg.prefill_slots is not None:
                 # Reserved now, in arrival order: the prefills ahead of it are already known.
-                run.queue_s = run.delay_s = self.prefill_slots.admit(t0, plan.prefill_s) - t0
+                start = self.prefill_slots.admit(t0, prefill_s)
+                run.queue_s = start - t0
+                run.delay_s = run.queue_s + (prefill_s(start) - plan.prefill_s)
             self.runs[run.rid] = run
         return run
 
@@ -258,7 +279,8 @@ class EmulatorState:
         """Sleep until ``chunk`` of ``run`` is due: at its plan's time or, under load (timing.py), once
         its queue, its prefill and every pass up to the chunk's have run, each pass stretched by the
         requests decoding when it starts."""
-        if not self.config.contended:
+        cfg = self.config
+        if not cfg.contended:
             sleep_until(run.t0 + chunk.at_s)
             return
         plan = run.plan
@@ -272,10 +294,14 @@ class EmulatorState:
             if i and plan.retract_after == i - 1:
                 # Out of the batch while it waits and is re-prefilled; that gap is not a step, not stretched.
                 self._decode(run, False)
-                sleep_until(run.t0 + run.delay_s + start + plan.retract_s)
+                start += plan.retract_s
+                sleep_until(run.t0 + run.delay_s + start)
                 drawn -= plan.retract_s
             running = self._decode(run, True)
-            run.delay_s += loaded_step_s(self.config, drawn, running) - drawn
+            # The plan drifted the step as of its start on the plan's clock; it starts delay_s later.
+            planned = run.since_epoch_s + start
+            drifted = drawn * drift_factor(cfg, planned + run.delay_s) / drift_factor(cfg, planned)
+            run.delay_s += loaded_step_s(cfg, drifted, running) - drawn
             if i == 0:
                 run.first_delay_s = run.delay_s
             run.next_pass += 1
@@ -352,7 +378,7 @@ class EmulatorState:
             accept = (plan.completion_tokens / max(1, plan.verify_steps), run.accept_rate) if run.spec else None
             # As SGLang's can_run_graph: a batch above the largest captured size runs eager.
             ran = self.decode_graph and self.config.graph_replayed and running <= max(self.decode_graph_batch_sizes())
-            tok_s = expected_decode_tok_s(self.config, self.spec_steps, decoding)
+            tok_s = expected_decode_tok_s(self.config, self.spec_steps, decoding, run.since_epoch_at(now))
             line = decode_batch_line(running, run.prompt_tokens + tokens, accept, self.graph_label, ran, tok_s, queued)
             log(line, rank=self.launch.tp_size > 1)
         self._retract_if_due(run, tokens)

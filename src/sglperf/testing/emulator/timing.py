@@ -45,6 +45,24 @@ a request alone stays put). So:
   slot, a batch-size limit. Truth: :func:`expected_decode_tok_s` with ``running`` for a steady batch
   of that many streams; a burst of n equal prompts at once waits 0, p, 2p, ... (n - 1)p for prefill
   with one slot (p = ``prefill_s_per_token`` * prompt tokens).
+
+Drift (``drift_per_min``, off by default). A real server can get slower as a run goes on (clocks
+throttling as the GPU heats, memory fragmenting), so the measurements late in a run are worse than
+the early ones, whatever the variant: a suite that compares variants measured at different times,
+or checks that a run stayed steady, needs a server that does this on request to be tested against.
+So every step and prefill lasts ``1 + drift_per_min * minutes`` times its time above, minutes being
+the wall clock (``time.time``) from ``drift_epoch`` to when it begins (before the epoch: none).
+
+* The epoch is a Unix time, not the emulator's own: a run starts one server per variant, one after
+  another, and they must drift as one machine would, not each afresh (None: this process's start).
+* Only the draws are seeded; the drift depends on when a request arrives, so a drifting run's times
+  do not reproduce, while its token counts, acceptance and noise do. Without drift the factor is an
+  exact 1.0: every time is bit for bit what it was before drift existed.
+* The plan is drawn at arrival, each step drifted as of its start on the plan's clock (a retraction's
+  gap included). Under load a request runs later than its plan, so the server drifts each step, and
+  a prefill that waited for its slot, as of when it really starts (``EmulatorState.await_chunk``; the
+  load's extra time is drifted with its step, as it shares its noise); a re-prefill after a
+  retraction keeps the drift of its start on the plan's clock, early by the request's delay.
 """
 
 from __future__ import annotations
@@ -53,7 +71,7 @@ import dataclasses
 import heapq
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,13 +95,24 @@ def expected_accept_length(accept_prob: float, num_steps: int) -> float:
     return sum(accept_prob**i for i in range(num_steps + 1))
 
 
-def expected_decode_tok_s(config: EmulatorConfig, num_steps: int | None, running: int = 1) -> float:
+def expected_decode_tok_s(
+    config: EmulatorConfig, num_steps: int | None, running: int = 1, since_epoch_s: float = 0.0
+) -> float:
     """Expected decode rate of one stream, tokens/s, ignoring the max_new_tokens cap, while ``running``
-    requests decode together (1: alone, whatever the load knobs say)."""
+    requests decode together (1: alone, whatever the load knobs say), ``since_epoch_s`` after the
+    drift epoch."""
     per_step = 1.0 if num_steps is None else expected_accept_length(config.accept_prob, num_steps)
     step_s = config.decode_step_s * config.decode_slowdown
-    # k * 0 adds an exact 0.0: a stream alone keeps the rate it had before the load knobs existed.
-    return per_step / (step_s + config.step_s_per_running_request * (running - 1))
+    # k * 0 adds an exact 0.0: a stream alone keeps the rate it had before the load knobs existed; the
+    # drift's factor is an exact 1.0 without drift.
+    loaded_s = step_s + config.step_s_per_running_request * (running - 1)
+    return per_step / (loaded_s * drift_factor(config, since_epoch_s))
+
+
+def drift_factor(config: EmulatorConfig, since_epoch_s: float) -> float:
+    """What a step or prefill beginning ``since_epoch_s`` seconds after the drift epoch is slowed by:
+    ``1 + drift_per_min`` x minutes (none before the epoch; exactly 1.0 without drift)."""
+    return 1.0 + config.drift_per_min * (max(0.0, since_epoch_s) / 60.0)
 
 
 def loaded_step_s(config: EmulatorConfig, drawn_s: float, running: int) -> float:
@@ -102,16 +131,17 @@ class PrefillSlots:
     slots: int | None  # None: no queue, every prefill starts on arrival
     busy_until: list[float] = field(default_factory=list)  # a min-heap: when each taken slot is free again
 
-    def admit(self, arrival: float, prefill_s: float) -> float:
+    def admit(self, arrival: float, prefill_s: float | Callable[[float], float]) -> float:
         """Reserve a slot for a request arriving at ``arrival`` (after every request admitted before it):
-        the time its prefill starts."""
+        the time its prefill starts. ``prefill_s``: how long the prefill lasts, or that as a function of
+        when it starts (drift)."""
         if self.slots is None:
             return arrival
         if len(self.busy_until) < self.slots:
             start = arrival
         else:
             start = max(arrival, heapq.heappop(self.busy_until))  # the slot that frees first
-        heapq.heappush(self.busy_until, start + prefill_s)
+        heapq.heappush(self.busy_until, start + (prefill_s(start) if callable(prefill_s) else prefill_s))
         return start
 
 
@@ -167,24 +197,34 @@ class Plan:
 
 
 def plan_request(
-    config: EmulatorConfig, spec_steps: int | None, prompt_tokens: int, n_tokens: int, rng: np.random.Generator
+    config: EmulatorConfig,
+    spec_steps: int | None,
+    prompt_tokens: int,
+    n_tokens: int,
+    rng: np.random.Generator,
+    since_epoch_s: float = 0.0,
 ) -> Plan:
-    """Draw the passes producing ``n_tokens`` tokens under the timing model."""
-    step_s = config.decode_step_s * config.decode_slowdown
+    """Draw the passes producing ``n_tokens`` tokens under the timing model, for a request arriving
+    ``since_epoch_s`` after the drift epoch (:func:`drift_factor`)."""
     sigma = math.sqrt(math.log1p(config.noise_cv**2))
     mu = -sigma * sigma / 2  # makes the log-normal's mean exactly 1
 
-    def step_time() -> float:
-        return step_s * (float(rng.lognormal(mu, sigma)) if sigma > 0 else 1.0)
+    def noise() -> float:
+        return float(rng.lognormal(mu, sigma)) if sigma > 0 else 1.0
 
-    prefill_s = config.prefill_s_per_token * prompt_tokens
+    def lasting(base_s: float, start_s: float) -> float:
+        """``base_s`` drifted as of ``start_s`` after arrival (an exact ``* 1.0`` without drift)."""
+        return base_s * drift_factor(config, since_epoch_s + start_s)
+
+    prefill_s = lasting(config.prefill_s_per_token * prompt_tokens, 0.0)
     if n_tokens <= 0:
         return Plan(prefill_s, ())
-    t = prefill_s + step_time()
-    passes = [Pass(t, 1)]
+    # The draws first, in the order they always had (retraction last), then the times: a step's drift
+    # depends on when it starts, which a retraction's gap moves.
+    noises, tokens = [noise()], [1]
     done, accepted, proposed = 1, 0, 0
     while done < n_tokens:
-        t += step_time()
+        noises.append(noise())
         drafts = 0
         if spec_steps is not None:
             while drafts < spec_steps and rng.random() < config.accept_prob:
@@ -192,26 +232,31 @@ def plan_request(
             proposed += spec_steps
         emitted = min(drafts + 1, n_tokens - done)
         accepted += emitted - 1
-        passes.append(Pass(t, emitted))
+        tokens.append(emitted)
         done += emitted
-    return _retracted(config, prompt_tokens, Plan(prefill_s, tuple(passes), accepted, proposed), rng)
-
-
-def _retracted(config: EmulatorConfig, prompt_tokens: int, plan: Plan, rng: np.random.Generator) -> Plan:
-    """``plan`` with a retraction, for ``retract_fraction`` of requests with a decode step to retract before."""
-    if config.retract_fraction <= 0 or len(plan.passes) < 2 or rng.random() >= config.retract_fraction:
+    after = _retract_after(config, len(tokens), rng)
+    step_s = config.decode_step_s * config.decode_slowdown
+    passes: list[Pass] = []
+    t, gap = prefill_s, 0.0  # t on the clock of the plan without its retraction; gap: what that adds
+    for i, (drawn, emitted) in enumerate(zip(noises, tokens, strict=True)):
+        t += lasting(step_s, t + gap) * drawn
+        passes.append(Pass(t + gap, emitted))
+        if i == after:
+            held = prompt_tokens + sum(tokens[: after + 1])  # its KV was freed: prompt and tokens so far
+            pause = config.retract_pause_s
+            gap = pause + lasting(config.prefill_s_per_token * held, t + pause)
+    plan = Plan(prefill_s, tuple(passes), accepted, proposed)
+    if after is None:
         return plan
-    after = int(rng.integers(0, len(plan.passes) - 1))
-    held = prompt_tokens + sum(p.tokens for p in plan.passes[: after + 1])
-    gap = config.retract_pause_s + config.prefill_s_per_token * held
-    shifted = tuple(Pass(p.at_s + gap, p.tokens) for p in plan.passes[after + 1 :])
-    return dataclasses.replace(
-        plan,
-        passes=plan.passes[: after + 1] + shifted,
-        retract_after=after,
-        retract_s=gap,
-        retract_pause_s=config.retract_pause_s,
-    )
+    return dataclasses.replace(plan, retract_after=after, retract_s=gap, retract_pause_s=config.retract_pause_s)
+
+
+def _retract_after(config: EmulatorConfig, n_passes: int, rng: np.random.Generator) -> int | None:
+    """The pass after which the request is retracted: for ``retract_fraction`` of requests with a decode
+    step to retract before, a pass drawn uniformly from all but the last; else None."""
+    if config.retract_fraction <= 0 or n_passes < 2 or rng.random() >= config.retract_fraction:
+        return None
+    return int(rng.integers(0, n_passes - 1))
 
 
 @dataclass(frozen=True)
