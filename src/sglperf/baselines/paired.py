@@ -14,11 +14,11 @@ quad gives one pair::
 
     d_j = ((log B1_j - log A1_j) + (log B2_j - log A2_j)) / 2
 
-With equally spaced sessions, the first difference sees the drift of one session gap in the variant's
-disfavour and the second the same gap in its favour, so any drift linear in time in log space (a
-multiplicative ``exp(k * t)`` slowdown) cancels exactly, and a smooth drift to first order, leaving
-only its curvature. Each pair is a ratio, so the verdict does not depend on units. The price is twice
-the sessions of "A then B" for the same number of values per variant: each pair spends four rounds.
+With equally spaced sessions, B1 ran one spacing after A1 and B2 one spacing before A2: the drift the
+first difference charges to the variant, the second credits back. A drift linear in time in log space
+(a multiplicative ``exp(k * t)`` slowdown) cancels exactly; a smooth drift cancels to first order,
+leaving only its curvature. Each pair is a ratio, so the verdict does not depend on units. The price is
+twice the server starts of "A then B" for the same rounds per variant, and four rounds per pair.
 
 Why a Wilcoxon signed-rank test
 -------------------------------
@@ -66,14 +66,21 @@ downstream of the log ratios is computed in log space, with sums whose operands 
 under negation. (A ratio reported as ``exp`` of a log is ``1 / ratio`` of the swapped one only to
 rounding.)
 
-Defaults and their trade-off (bench/paired_quality.py, 2% log-normal round noise, 12 rounds a
-session, decode floor 3%, alpha 0.01): without drift, one ABBA block of 12 pairs calls an A/A pair
-different in none of the trials and catches a 5% drop every time, as well as "A then B" does with half
-the sessions. At 5% per minute of drift "A then B" calls an A/A pair worse in practically every trial;
-one ABBA block almost never does. At 10% per minute the drift's curvature is larger than the noise: one
-block still rarely calls an A/A pair different, but it can no longer clear it as "no effect".
-Adding a second block only when the first left the answer unknown clears most of the rest (mean 5 to 6
-sessions per comparison, against 8 for two blocks always).
+Defaults and their trade-off (bench/paired_quality.py)
+------------------------------------------------------
+2% log-normal round noise, 12 rounds a session, 1-minute sessions 0.2 min apart, decode's 3% floor,
+alpha 0.01, 2000 trials per cell; drift slows the metric by a share per minute of the run:
+
+* No drift: one block (4 sessions) calls an A/A pair different never, "same" 96% of the time (the
+  rank-sum test of "A then B": 69%, with half the sessions and rounds) and catches a 5% drop always.
+* 5% per minute: "A then B" calls an A/A pair different in 99% of runs; one ABBA block in none, and
+  still clears 94% of them.
+* 10% per minute: the drift's curvature leaves about 1% of bias in one block: A/A called different 0.1%,
+  a quarter undecided. A second block, run only when the first left the answer undecided, clears all
+  but 0.1% of them, for 5.1 sessions per comparison on average (4.2 without drift).
+* The pairs are assumed independent given the drift. A slow state shared by one session's rounds
+  (thermal, placement) is a session effect that pairing does not remove; the floor guards it, as in
+  `sglperf.baselines.stats`.
 """
 
 from __future__ import annotations
