@@ -45,8 +45,8 @@ def test_a_damaged_preflight_cache_is_recomputed_and_said_once(sglang_python: Sg
     after = _statuses(deployment, preflight.Resolver(python, deployment.runner, cache_dir=cache, progress=said.append))
     assert after == before
     # Besides the progress line of importing SGLang to recompute, one line for the damage, however many entries.
-    damage = [line for line in said if not line.startswith("importing SGLang")]
-    assert len(damage) == 1 and "recomputing" in damage[0], said
+    damaged = [line for line in said if not line.startswith("importing SGLang")]
+    assert len(damaged) == 1 and "recomputing" in damaged[0], said
     assert all(json.loads(p.read_text()) for p in cache.glob("*.json"))  # healed on disk too
 
 

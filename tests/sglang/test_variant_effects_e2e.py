@@ -92,7 +92,9 @@ def test_planted_differences_get_their_verdicts_and_an_undelivered_expectation_f
         variants=PLANTED,
     )
     assert suite.results is not None
-    effects = variant_effects(results_folder.collect(suite.results).measurements)
+    folder = results_folder.collect(suite.results)
+    # mtp3-prefill-graph's expectation ran its counterbalanced sessions; the other two are sequential.
+    effects = variant_effects(folder.measurements, folder.sessions)
     assert {e.reference for e in effects} == {"mtp3-defaults"}
 
     fast = _effect(effects, "mtp3-prefill-graph", "decode_tok_s")

@@ -21,6 +21,8 @@ from sglperf.model.resolution import Resolution
 from sglperf.runtime.server import ServerStartError
 from sglperf.scaffold import InitRequest, init
 from sglperf.session.live_session import (
+    EMULATOR_DRIFT_EPOCH_KEY,
+    EMULATOR_DRIFT_KEY,
     EMULATOR_GPU_MEMORY_KEY,
     EMULATOR_VISION_KEY,
     EMULATOR_WEIGHT_KEY,
@@ -61,7 +63,8 @@ def _emulator_config(
 
 def test_the_session_sets_only_keys_the_emulator_has() -> None:
     fields = {f.name for f in dataclasses.fields(EmulatorConfig)}
-    assert {EMULATOR_WEIGHT_KEY, EMULATOR_VISION_KEY, EMULATOR_GPU_MEMORY_KEY} <= fields
+    ours = {EMULATOR_WEIGHT_KEY, EMULATOR_VISION_KEY, EMULATOR_GPU_MEMORY_KEY}
+    assert ours | {EMULATOR_DRIFT_KEY, EMULATOR_DRIFT_EPOCH_KEY} <= fields
 
 
 def test_gemma_is_served_with_the_weights_the_release_builds(tmp_path: Path, gemma: Deployment) -> None:

@@ -22,7 +22,12 @@ NIGHT = RunStamp("night-2", "2026-02-02T00:00:00+00:00")
 
 def test_every_name_a_run_writes(tmp_path: Path) -> None:
     assert LineKind.VERDICTS.file(tmp_path, "gw1") == tmp_path / "verdicts-gw1.jsonl"
-    assert [k.glob for k in LineKind] == ["verdicts*.jsonl", "configs*.jsonl", "outcomes*.jsonl"]
+    assert [k.glob for k in LineKind] == [
+        "verdicts*.jsonl",
+        "configs*.jsonl",
+        "outcomes*.jsonl",
+        "effect-sessions*.jsonl",
+    ]
     assert results_folder.measurement_path(tmp_path, "k") == tmp_path / "measurements" / "k.json"
     assert results_folder.server_log_path(tmp_path, "qwen36-mtp1") == tmp_path / "servers" / "qwen36-mtp1.log"
     effective = results_folder.server_effective_path(tmp_path, "qwen36-mtp1")

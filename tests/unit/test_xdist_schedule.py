@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from sglperf.model.workload import measurement_key
 from sglperf.plugin.items import EFFECTS_NODE
 from sglperf.plugin.user_tests import make_variant_scheduler
-from sglperf.results.folder import measurement_key
 
 
 @dataclass

@@ -12,23 +12,30 @@ threshold for the workload as the practical floor. Four answers, never a bare "o
 * undecided: neither; the interval reaches past the floor, so more rounds would tell;
 * not judged: too few rounds on one side for the test to reach its level.
 
-The two variants' rounds ran one after the other on one machine, not interleaved: a slow drift of the
-machine between them reads as an effect. Each effect carries how far apart they started, and the host
-and GPU guards that drop disturbed rounds apply to both as to any measurement.
+Held so, the two variants' rounds ran one after the other on one machine: a slow drift of the machine
+between them reads as an effect (measured: an A/A pair read "-9.8% (worse)" on a CPU runner that drifted
+11% in the minutes between). So a variant-effect item measures more sessions, each on a fresh server, in
+mirrored order (A B, then B A: the deployment's ``counterbalance``), and `counterbalanced_effect_of` judges
+the rounds paired across an A B B A quartet, where a steady drift cancels (`sglperf.baselines.paired`):
+the signed-rank test, the Hodges-Lehmann interval of the paired ratio, and the same floor and answers.
+`effect_of` stays the judgement of a run that measured each variant once (a results folder alone, the
+history store): such an effect says it is sequential.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from itertools import groupby
 
-from sglperf.baselines import stats
+import numpy as np
+
+from sglperf.baselines import paired, stats
 from sglperf.baselines.regression import WEIGHT_DEPENDENT
 from sglperf.model.measurement import MeasurementRecord
 from sglperf.model.metrics import METRICS, Direction, MetricOutcome
-from sglperf.model.variant_effect import EffectVerdict, VariantEffect
+from sglperf.model.variant_effect import EffectSession, EffectVerdict, VariantEffect
 
 _MOVED = {MetricOutcome.IMPROVEMENT: EffectVerdict.BETTER, MetricOutcome.REGRESSION: EffectVerdict.WORSE}
 
@@ -76,6 +83,47 @@ def effect_of(
     )
 
 
+def counterbalanced_effect_of(
+    reference: MeasurementRecord,
+    variant: MeasurementRecord,
+    metric: str,
+    more_reference: Sequence[EffectSession],
+    more_variant: Sequence[EffectSession],
+) -> VariantEffect:
+    """One metric of ``variant`` against ``reference`` over their measurement items' sessions and the
+    mirrored ones after them (as many on each side, an even number in all: A B B A quartets)."""
+    floor = variant.floors.get(metric, reference.floors.get(metric, METRICS[metric].default_threshold))
+    sides = [
+        [record.samples[metric], *(s.samples.get(metric, []) for s in sorted(more, key=lambda s: s.index))]
+        for record, more in ((reference, more_reference), (variant, more_variant))
+    ]
+    c = paired.compare_paired(metric, paired.abba_log_ratios(sides[0], sides[1]), floor)
+    rounds = [[v for session in side for v in session] for side in sides]
+    return VariantEffect(
+        deployment=variant.deployment,
+        reference=reference.variant,
+        variant=variant.variant,
+        workload=variant.workload,
+        load=variant.load.tag,
+        metric=metric,
+        direction=c.direction,
+        reference_median=float(np.median(rounds[0])),
+        variant_median=float(np.median(rounds[1])),
+        ratio=c.ratio,
+        ci_low=c.ci_low,
+        ci_high=c.ci_high,
+        p_value=min(c.p_lower, c.p_higher),
+        level=c.level,
+        floor=c.floor,
+        verdict=c.verdict,
+        n_reference=c.n_pairs,
+        n_variant=c.n_pairs,
+        expected=variant.expected_effects.get(metric),
+        apart_s=_apart(reference, variant),
+        sessions=len(sides[0]),
+    )
+
+
 def _apart(reference: MeasurementRecord, variant: MeasurementRecord) -> float | None:
     """Seconds from the reference's first round to the variant's (negative: the variant ran first)."""
     if reference.started_at is None or variant.started_at is None:
@@ -84,7 +132,8 @@ def _apart(reference: MeasurementRecord, variant: MeasurementRecord) -> float | 
     return (_dt.datetime.fromisoformat(variant.started_at) - began).total_seconds()
 
 
-def _metrics(reference: MeasurementRecord, variant: MeasurementRecord) -> list[str]:
+def effect_metrics(reference: MeasurementRecord, variant: MeasurementRecord) -> list[str]:
+    """The metrics both measured that an effect is judged on (none that dummy weights make meaningless)."""
     dummy = reference.provenance.dummy_weights or variant.provenance.dummy_weights
     both = set(reference.samples) & set(variant.samples)
     return sorted(
@@ -98,10 +147,15 @@ def _point(record: MeasurementRecord) -> tuple[str, str, str, str]:
     return (record.run_id or "", record.deployment, record.workload, record.load.tag)
 
 
-def variant_effects(records: Iterable[MeasurementRecord]) -> list[VariantEffect]:
+def variant_effects(
+    records: Iterable[MeasurementRecord], sessions: Iterable[EffectSession] = ()
+) -> list[VariantEffect]:
     """Every variant against its deployment's reference variant, per workload x load point and metric,
     for the points where both were measured in the same run (and the reference is known: records written
-    before variant effects carry none)."""
+    before variant effects carry none); counterbalanced where ``sessions`` hold both sides' further ones."""
+    more: dict[tuple[str, str, str, str], list[EffectSession]] = {}
+    for session in sessions:
+        more.setdefault((session.deployment, session.variant, session.workload, session.load), []).append(session)
     effects: list[VariantEffect] = []
     for _, group in groupby(sorted(records, key=_point), key=_point):
         at_point = list(group)
@@ -111,8 +165,32 @@ def variant_effects(records: Iterable[MeasurementRecord]) -> list[VariantEffect]
             continue
         for record in sorted(at_point, key=lambda r: r.variant):
             if record is not reference:
-                effects += [effect_of(reference, record, metric) for metric in _metrics(reference, record)]
+                effects += [
+                    effect_between(reference, record, metric, more) for metric in effect_metrics(reference, record)
+                ]
     return effects
+
+
+def effect_between(
+    reference: MeasurementRecord,
+    variant: MeasurementRecord,
+    metric: str,
+    more: Mapping[tuple[str, str, str, str], Sequence[EffectSession]],
+) -> VariantEffect:
+    """Counterbalanced over the quartets both sides completed (further sessions 1..k on each, k odd, each
+    with the metric); else the sequential judgement of the two measurement items alone."""
+    sides = [
+        {s.index: s for s in more.get((r.deployment, r.variant, r.workload, r.load.tag), ()) if s.samples.get(metric)}
+        for r in (reference, variant)
+    ]
+    k = 0
+    while k + 1 in sides[0] and k + 1 in sides[1]:
+        k += 1
+    k -= 1 - k % 2  # whole quartets only: an interrupted one is left out on both sides
+    if k < 1:
+        return effect_of(reference, variant, metric)
+    ours, theirs = ([side[i] for i in range(1, k + 1)] for side in sides)
+    return counterbalanced_effect_of(reference, variant, metric, ours, theirs)
 
 
 def without_measured_effect(effects: Sequence[VariantEffect]) -> list[str]:

@@ -24,7 +24,7 @@ from sglperf.results.folder import ResultsError, RunResults, collect, identity_f
 
 
 def stored_run(results: RunResults) -> StoredRun:
-    return StoredRun(_identity(results), results.measurements, results.verdicts)
+    return StoredRun(_identity(results), results.measurements, results.verdicts, results.sessions)
 
 
 def from_folder(folder: Path) -> StoredRun:

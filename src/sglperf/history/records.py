@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sglperf.model.measurement import MeasurementRecord
+from sglperf.model.variant_effect import EffectSession
 from sglperf.model.verdict import Verdict
 
 
@@ -36,6 +37,9 @@ class StoredRun:
     identity: RunIdentity
     measurements: tuple[MeasurementRecord, ...]
     verdicts: tuple[Verdict, ...]
+    # Variant effects' counterbalanced sessions: a results folder's; the SQL store keeps none (its runs'
+    # effects are judged sequentially, and say so).
+    sessions: tuple[EffectSession, ...] = ()
 
 
 def measurement_failed(record: MeasurementRecord) -> bool:

@@ -126,6 +126,28 @@ class Variant(StrictTable):
         return _check_intents(value)
 
 
+class Counterbalance(StrictTable):
+    """How variant effects are measured: in counterbalanced sessions, each with its own server and warm-up.
+
+    The measurement items are every variant's first session (A, then B, ...); each further session runs the
+    same points in mirrored order (B, then A; then A, B again), so a machine drifting steadily through the run
+    cancels out of each A B B A quartet (`sglperf.baselines.paired`)."""
+
+    # Sessions per variant and point: 2 is A B B A (one more server start per variant); 1 is the sequential
+    # design (all of A's rounds, then B's), where a drifting machine reads as an effect.
+    sessions: int = Field(default=2, ge=1, le=8)
+    # Not yet known after ``sessions``: two more at a time (A B, then B A), up to this many.
+    max_sessions: int = Field(default=4, ge=1, le=16)
+
+    @model_validator(mode="after")
+    def _budget_covers_sessions(self) -> Counterbalance:
+        if self.sessions > 1 and self.sessions % 2:
+            raise ValueError(f"sessions: {self.sessions} is odd; quartets need an even number (or 1: sequential)")
+        if self.max_sessions < self.sessions:
+            raise ValueError(f"max_sessions: {self.max_sessions} is fewer than sessions ({self.sessions})")
+        return self
+
+
 class Deployment(StrictTable):
     key: Slug
     path: Path
@@ -138,6 +160,7 @@ class Deployment(StrictTable):
     workloads: list[Workload] = Field(default_factory=list)
     # The variant every other is measured against in the same run (variant effects); default the first.
     reference_variant: Slug | None = None
+    counterbalance: Counterbalance = Field(default_factory=Counterbalance)
 
     @field_validator("expect")
     @classmethod

@@ -35,6 +35,21 @@ class EffectVerdict(str, Enum):
         return self in (EffectVerdict.BETTER, EffectVerdict.WORSE)
 
 
+class EffectSession(BaseModel):
+    """One session of a counterbalanced comparison beyond the measurement item's: a variant's rounds at one
+    point, on a server started for it (`sglperf.session.live_session`)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    deployment: str
+    variant: str
+    workload: str
+    load: str
+    index: int  # 0 is the measurement item's own session; 1, 2, ... ran in mirrored order after it
+    started_at: str | None
+    samples: dict[str, list[float]]  # metric -> one value per round, in time order
+
+
 class VariantEffect(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
@@ -58,6 +73,16 @@ class VariantEffect(BaseModel):
     n_variant: int
     expected: ExpectedEffect | None = None  # the variant's expect_effect for this workload and metric
     apart_s: float | None = None  # from the reference's first round to the variant's (None: not recorded)
+    # 1: one session each, one after the other (the sequential design: a drifting machine reads as an effect);
+    # more: this many counterbalanced sessions per side (A B B A), judged on paired rounds (n_* count pairs).
+    sessions: int = 1
+
+    @property
+    def design(self) -> str:
+        """How the two sides' rounds met, in the words every surface uses."""
+        if self.sessions <= 1:
+            return "sequential"
+        return f"counterbalanced, {self.sessions} sessions each, {self.n_variant} paired rounds"
 
     @property
     def where(self) -> str:

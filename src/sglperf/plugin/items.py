@@ -15,12 +15,14 @@ from sglperf.model.deployment import EFFECTS, Deployment, Variant
 from sglperf.model.deployment_file import load
 from sglperf.model.measurement import MeasurementRecord
 from sglperf.model.numbers_source import NumbersSource
+from sglperf.model.variant_effect import EffectVerdict, VariantEffect
 from sglperf.model.verdict import Status, Verdict
 from sglperf.model.workload import LoadPoint, measurement_key
-from sglperf.plugin.keys import CONFIGS_WRITTEN_KEY, LIVE_KEY, PREFLIGHT_KEY, xdist_worker
+from sglperf.plugin.keys import CONFIGS_WRITTEN_KEY, COUNTERBALANCED_KEY, LIVE_KEY, PREFLIGHT_KEY, xdist_worker
 from sglperf.results import folder as results_folder
 from sglperf.runtime.provenance import effective_config_record
 from sglperf.session import LiveSession, LiveSkip
+from sglperf.session.counterbalance import Counterbalanced
 
 MEASUREMENT_PROPERTY = "sglperf_measurement"
 # The collector of a deployment's effect items (`EffectsNode`): under xdist its scope runs last.
@@ -313,12 +315,21 @@ class VariantEffectItem(SglperfItem):
         except LiveSkip as exc:
             raise _skip(str(exc)) from None
         wanted = variant.expect_effect[workload.id]
-        effects = [e for e in variant_effects([reference, measured]) if e.metric in wanted]
+        budget = self.deployment.counterbalance
+        further = budget.sessions - 1
+        effects = self._effects(reference, measured, wanted, further)
+        # Not yet known: another quartet (A B, then B A), within the deployment's budget of sessions.
+        while (more := further + 2 if further else 1) < budget.max_sessions and any(
+            e.verdict in (EffectVerdict.UNDECIDED, EffectVerdict.NOT_JUDGED) for e in effects
+        ):
+            further = more
+            effects = self._effects(reference, measured, wanted, further)
         # The effects that failed are the failure's own lines: the section shows the rest.
         lines = [e.line() for e in effects if e.expectation_met is not False] + [
             f"SGLang's batch log, decode batches by #running-req: {r.variant} {_decode_batches(r)}"
             for r in (reference, measured)
         ]
+        lines += sorted({f"design: {e.design}" for e in effects})
         self.add_report_section("call", "variant effect", "\n".join(lines))
         where = f"{self.deployment.key}/{variant.id} vs {reference.variant}, {workload.id}@{self.load.tag}"
         unmeasured = sorted(set(wanted) - {e.metric for e in effects})
@@ -329,6 +340,23 @@ class VariantEffectItem(SglperfItem):
         undecided = [e.line() for e in effects if e.expectation_undecided]
         if undecided:
             raise _skip("not judged: " + "\n".join(undecided))
+
+    def _effects(
+        self, reference: MeasurementRecord, measured: MeasurementRecord, wanted: Mapping[str, str], further: int
+    ) -> list[VariantEffect]:
+        """The wanted metrics' effects over the first sessions and ``further`` counterbalanced ones."""
+        sessions = _counterbalanced(self.config).sessions_for(self.deployment, further) if further else []
+        return [e for e in variant_effects([reference, measured], sessions) if e.metric in wanted]
+
+
+def _counterbalanced(config: pytest.Config) -> Counterbalanced:
+    """The run's effect sessions, each kept as a line of the results folder as it is measured."""
+    if COUNTERBALANCED_KEY not in config.stash:
+        config.stash[COUNTERBALANCED_KEY] = Counterbalanced(
+            config.stash[LIVE_KEY],
+            lambda s: append_run_line(config, results_folder.LineKind.SESSIONS, s.model_dump(mode="json")),
+        )
+    return config.stash[COUNTERBALANCED_KEY]
 
 
 def _decode_batches(record: MeasurementRecord) -> str:

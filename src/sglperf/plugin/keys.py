@@ -8,9 +8,11 @@ import pytest
 
 from sglperf.model.progress import Progress
 from sglperf.session import LiveSession, PreflightSession
+from sglperf.session.counterbalance import Counterbalanced
 
 PREFLIGHT_KEY = pytest.StashKey[PreflightSession]()
 LIVE_KEY = pytest.StashKey[LiveSession]()
+COUNTERBALANCED_KEY = pytest.StashKey[Counterbalanced]()  # the run's effect sessions beyond the first
 SIGTERM_KEY = pytest.StashKey[Any]()
 PROGRESS_KEY = pytest.StashKey[Progress]()
 # (tier, deployment, variant, release) whose effective config this process already wrote.

@@ -24,6 +24,8 @@ def _by_point(effects: Sequence[VariantEffect]) -> list[tuple[tuple[str, str, st
 
 
 def _apart(effects: Sequence[VariantEffect]) -> str:
+    if effects[0].sessions > 1:  # drift cancels: how far apart the first sessions ran says nothing
+        return f" ({effects[0].design})"
     apart = effects[0].apart_s
     if apart is None:
         return ""

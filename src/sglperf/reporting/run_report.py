@@ -42,7 +42,7 @@ class RunReport:
             label=run.folder.name,
             verdicts=run.verdicts,
             measurements=run.measurements,
-            effects=tuple(variant_effects(run.measurements)),
+            effects=tuple(variant_effects(run.measurements, run.sessions)),
             numbers=run.numbers_source,
             failed_items=run.failed_items,
             past=past or history.RunHistory(),
@@ -55,7 +55,7 @@ class RunReport:
             label=run.identity.label,
             verdicts=run.verdicts,
             measurements=run.measurements,
-            effects=tuple(variant_effects(run.measurements)),
+            effects=tuple(variant_effects(run.measurements, run.sessions)),
             numbers=run_numbers_source(run.measurements, run.verdicts),
         )
 

@@ -49,6 +49,7 @@ from sglperf.model.files import (
 from sglperf.model.item_outcome import ItemOutcome
 from sglperf.model.measurement import MeasurementRecord
 from sglperf.model.numbers_source import NumbersSource
+from sglperf.model.variant_effect import EffectSession
 from sglperf.model.verdict import Verdict
 
 RUN_FILE = "run.json"
@@ -67,6 +68,7 @@ class LineKind(str, Enum):
     VERDICTS = "verdicts"
     CONFIGS = "configs"  # each variant's whole effective config, once per tier and release
     OUTCOMES = "outcomes"  # every item that failed or was cut off, written as it happens
+    SESSIONS = "effect-sessions"  # a variant effect's counterbalanced sessions beyond the measurement items'
 
     @property
     def glob(self) -> str:
@@ -175,6 +177,7 @@ class RunResults:
     stamp: RunStamp | None = None
     configs: tuple[EffectiveConfigRecord, ...] = ()  # each variant's whole effective config, per tier
     failed_items: tuple[ItemOutcome, ...] = ()  # every item that failed, with or without a record
+    sessions: tuple[EffectSession, ...] = ()  # variant effects' further sessions (counterbalanced)
 
     @property
     def numbers_source(self) -> NumbersSource:
@@ -280,8 +283,12 @@ def collect(folder: Path) -> RunResults:
     verdicts = _run_lines(folder, LineKind.VERDICTS.glob, Verdict.from_record, "a verdict", run_id)
     configs = _run_lines(folder, LineKind.CONFIGS.glob, EffectiveConfigRecord.from_record, "an effective-config", run_id)
     failed = _run_lines(folder, LineKind.OUTCOMES.glob, ItemOutcome.from_record, "an item outcome", run_id)
+    sessions = _run_lines(folder, LineKind.SESSIONS.glob, EffectSession.model_validate, "an effect session", run_id)
     records = [read_measurement(path) for path in sorted((folder / MEASUREMENTS_DIR).glob("*.json"))]
     measurements = [r for r in records if run_id is None or r.run_id == run_id]
     if not verdicts and not measurements and not failed:
         raise NoResults(f"{folder}: no sglperf results here (expected {VERDICTS_GLOB} or {MEASUREMENTS_DIR}/*.json)")
-    return RunResults(folder, tuple(verdicts), tuple(measurements), stamp, tuple(configs), tuple(failed))
+    return RunResults(
+        folder, tuple(verdicts), tuple(measurements), stamp, tuple(configs), tuple(failed), tuple(sessions)
+    )
+

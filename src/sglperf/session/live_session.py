@@ -5,9 +5,11 @@ The pytest plugin only maps items onto these objects, so the same run can be dri
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -45,6 +47,8 @@ MODEL_PATH_ENV = "SGLPERF_MODEL_PATH"
 # fields: production code never imports the test double, a unit test checks the names).
 EMULATOR_WEIGHT_KEY, EMULATOR_VISION_KEY = "weight_gb_per_gpu", "vision_weight_gb_per_gpu"
 EMULATOR_GPU_MEMORY_KEY = "gpu_memory_gb"
+# A drift asked for runs on one clock for every server of the run: the session's start.
+EMULATOR_DRIFT_KEY, EMULATOR_DRIFT_EPOCH_KEY = "drift_per_min", "drift_epoch"
 API_KEY_ENV = "SGLPERF_API_KEY"
 
 
@@ -62,6 +66,9 @@ class LiveSession:
         self._attached_to: tuple[str, str] | None = None
         self.capacity_search = CapacitySearch()
         self.measured: dict[str, MeasurementRecord] = {}  # by measurement key, this process's
+        # The clock an emulator's drift runs on: the run's (every xdist worker's alike), else this session's.
+        run = options.run
+        self.started = datetime.datetime.fromisoformat(run.started_at).timestamp() if run else time.time()
 
     def _inventory(self, deployment: Deployment) -> gpus.Inventory:
         if self.options.emulator and not os.environ.get(gpus.SIMULATED_ENV):
@@ -285,6 +292,8 @@ class LiveSession:
             config[EMULATOR_GPU_MEMORY_KEY] = deployment.runner.memory_gib
         if EMULATOR_WEIGHT_KEY not in user:
             config.update(self._emulator_weights(name, version, deployment, resolution, hf_config))
+        if EMULATOR_DRIFT_KEY in user:
+            config[EMULATOR_DRIFT_EPOCH_KEY] = self.started
         config.update(user)
         return {"SGLPERF_EMULATOR_EFFECTIVE": str(path), "SGLPERF_EMULATOR_CONFIG": json.dumps(config)}
 
@@ -379,23 +388,30 @@ class LiveSession:
             self.capacity_search.add(search, step, record)
         return record
 
+    def recorded(
+        self, deployment: Deployment, variant_id: str, workload: Workload, load: LoadPoint
+    ) -> MeasurementRecord | None:
+        """This run's measurement of one variant at one point: this process's, or another xdist worker's file."""
+        key = measurement_key(deployment.key, variant_id, workload.id, load.tag)
+        this_run = self.options.run.run_id if self.options.run else None
+        return self.measured.get(key) or results_folder.this_runs_measurement(self.options.results_dir, key, this_run)
+
     def effect_records(
         self, deployment: Deployment, variant: Variant, workload: Workload, load: LoadPoint
     ) -> tuple[MeasurementRecord, MeasurementRecord]:
-        """This run's measurements of the reference variant and of ``variant`` at one point: this
-        process's, or another xdist worker's file. LiveSkip when either was not measured."""
-        keys = {
-            v: measurement_key(deployment.key, v, workload.id, load.tag) for v in (deployment.reference, variant.id)
-        }
-        this_run = self.options.run.run_id if self.options.run else None
-        records = {
-            v: self.measured.get(key) or results_folder.this_runs_measurement(self.options.results_dir, key, this_run)
-            for v, key in keys.items()
-        }
+        """This run's measurements of the reference variant and of ``variant`` at one point. LiveSkip when
+        either was not measured."""
+        ids = (deployment.reference, variant.id)
+        records = {v: self.recorded(deployment, v, workload, load) for v in ids}
         reference, measured = records[deployment.reference], records[variant.id]
         if reference is None or measured is None:
+            this_run = self.options.run.run_id if self.options.run else None
             failed = results_folder.failed_items_of(self.options.results_dir, this_run)
-            missing = [_not_measured(keys[v], failed) for v, record in records.items() if record is None]
+            missing = [
+                _not_measured(measurement_key(deployment.key, v, workload.id, load.tag), failed)
+                for v, record in records.items()
+                if record is None
+            ]
             raise LiveSkip(
                 f"{deployment.key}/{variant.id} {workload.id}@{load.tag}: effect not judged: " + "; ".join(missing)
             )

@@ -144,11 +144,7 @@ class Measurement:
 
     def run(self) -> MeasurementRecord:
         running, workload = self.running, self.workload
-        prompts = self._prompts()
-        # Open loop without a cap: as many in flight as a round sends.
-        count = len(prompts.prompts)
-        self.concurrency = self.load.concurrency or meter.requests_per_round(workload, count)
-        self.plan = meter.round_plan(workload, count, self.concurrency)  # refuses a load it cannot hold
+        prompts = self._planned_prompts()
         prov = provenance.provenance(
             runner=running.deployment.runner.name,
             facts=running.facts,
@@ -168,6 +164,23 @@ class Measurement:
         self.started_at = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
         result, guards, stop_reasons = self._meter(prompts, plan, lookup)
         return self._judge_and_write(prov, prompts, lookup, plan, why, result, guards, stop_reasons)
+
+    def session_samples(self) -> tuple[str, dict[str, list[float]]]:
+        """A further session of a counterbalanced comparison: the same prompts, plan and guards as `run`'s,
+        every round of the budget, no baseline and no record of its own: (when it began, metric -> rounds)."""
+        prompts = self._planned_prompts()
+        started_at = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+        result, _, _ = self._meter(prompts, None, None)
+        return started_at, regression.round_samples(result)
+
+    def _planned_prompts(self) -> PromptSet:
+        """The prompts, with the concurrency and the rounds' plan set from them."""
+        prompts = self._prompts()
+        # Open loop without a cap: as many in flight as a round sends.
+        count = len(prompts.prompts)
+        self.concurrency = self.load.concurrency or meter.requests_per_round(self.workload, count)
+        self.plan = meter.round_plan(self.workload, count, self.concurrency)  # refuses a load it cannot hold
+        return prompts
 
     def _prompts(self) -> PromptSet:
         running, workload = self.running, self.workload
