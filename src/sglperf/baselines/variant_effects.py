@@ -28,6 +28,7 @@ import datetime as _dt
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import groupby
+from typing import Any
 
 import numpy as np
 
@@ -58,14 +59,10 @@ def effect_of(
     """One metric of ``variant`` against ``reference`` (same deployment, workload and load point)."""
     floor = floor if floor is not None else variant.floors.get(metric, reference.floors.get(metric))
     c = stats.compare_samples(metric, reference.samples[metric], variant.samples[metric], threshold=floor)
-    verdict = effect_verdict(c)
-    return VariantEffect(
-        deployment=variant.deployment,
-        reference=reference.variant,
-        variant=variant.variant,
-        workload=variant.workload,
-        load=variant.load.tag,
-        metric=metric,
+    return _effect(
+        reference,
+        variant,
+        metric,
         direction=c.direction,
         reference_median=c.baseline_median,
         variant_median=c.current_median,
@@ -75,11 +72,9 @@ def effect_of(
         p_value=c.p_value,
         level=c.ci_level,
         floor=c.threshold,
-        verdict=verdict,
+        verdict=effect_verdict(c),
         n_reference=c.n_baseline,
         n_variant=c.n_current,
-        expected=variant.expected_effects.get(metric),
-        apart_s=_apart(reference, variant),
     )
 
 
@@ -99,13 +94,10 @@ def counterbalanced_effect_of(
     ]
     c = paired.compare_paired(metric, paired.abba_log_ratios(sides[0], sides[1]), floor)
     rounds = [[v for session in side for v in session] for side in sides]
-    return VariantEffect(
-        deployment=variant.deployment,
-        reference=reference.variant,
-        variant=variant.variant,
-        workload=variant.workload,
-        load=variant.load.tag,
-        metric=metric,
+    return _effect(
+        reference,
+        variant,
+        metric,
         direction=c.direction,
         reference_median=float(np.median(rounds[0])),
         variant_median=float(np.median(rounds[1])),
@@ -118,9 +110,22 @@ def counterbalanced_effect_of(
         verdict=c.verdict,
         n_reference=c.n_pairs,
         n_variant=c.n_pairs,
+        sessions=len(sides[0]),
+    )
+
+
+def _effect(reference: MeasurementRecord, variant: MeasurementRecord, metric: str, **judged: Any) -> VariantEffect:
+    """The effect record of one metric at the two records' point, with what a judgement found."""
+    return VariantEffect(
+        deployment=variant.deployment,
+        reference=reference.variant,
+        variant=variant.variant,
+        workload=variant.workload,
+        load=variant.load.tag,
+        metric=metric,
         expected=variant.expected_effects.get(metric),
         apart_s=_apart(reference, variant),
-        sessions=len(sides[0]),
+        **judged,
     )
 
 
