@@ -260,9 +260,9 @@ def read_measurement(path: Path) -> MeasurementRecord:
         raise ResultsError(f"{path}: cannot read it: {os_problem(exc)}") from None
     except ValidationError as exc:
         first = exc.errors(include_url=False)[0]
-        raise ResultsError(
-            f"{path}: not a measurement record ({'.'.join(map(str, first['loc']))}: {first['msg']})"
-        ) from None
+        # A key of the file's own choosing may hold a line break: escaped, the error stays one line.
+        where = ".".join(map(str, first["loc"])).encode("unicode_escape").decode("ascii")
+        raise ResultsError(f"{path}: not a measurement record ({where}: {first['msg']})") from None
 
 
 def this_runs_measurement(folder: Path, key: str, run_id: str | None) -> MeasurementRecord | None:
