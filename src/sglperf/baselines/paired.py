@@ -93,7 +93,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from sglperf.baselines.stats import DEFAULT_ALPHA, _doubled_midranks, _exp, _resolve
+from sglperf.baselines.stats import DEFAULT_ALPHA, _doubled_midranks, _exp, _resolve, _validate
 from sglperf.model.metrics import Direction
 from sglperf.model.variant_effect import EffectVerdict
 
@@ -157,7 +157,7 @@ def compare_paired(
     Nothing here is random: equal inputs give equal verdicts, and negated inputs the mirrored verdict.
     """
     direction, floor, alpha = _resolve(metric, None, floor, alpha)
-    d = _validate_log_ratios(metric, log_ratios)
+    d = _validate(metric, "log-ratio", log_ratios, positive=False)
     n = len(d)
     p_lower, p_higher = _signed_rank_p_values(d)
     if n == 0:
@@ -261,19 +261,6 @@ def _log_ratio(b: float, a: float) -> float:
 
 _NORMAL_MIN = 2.2250738585072014e-308  # the smallest normal float: below it a quotient loses digits
 _NORMAL_MAX = 1.7976931348623157e308
-
-
-def _validate_log_ratios(metric: str, log_ratios: Sequence[float]) -> np.ndarray:
-    try:
-        values = np.asarray(log_ratios, dtype=float)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{metric}: log ratios are not numbers: {exc}") from exc
-    if values.ndim != 1:
-        raise ValueError(f"{metric}: log ratios must be a flat sequence, got shape {values.shape}")
-    bad = values[~np.isfinite(values)]
-    if bad.size:
-        raise ValueError(f"{metric}: log ratios must be finite, got {bad[:3].tolist()}")
-    return values
 
 
 def _walsh_averages(d: np.ndarray) -> np.ndarray:

@@ -259,17 +259,20 @@ def _resolve(
     return direction, float(threshold), float(alpha)
 
 
-def _validate(metric: str, side: str, samples: Sequence[float]) -> np.ndarray:
+def _validate(metric: str, side: str, samples: Sequence[float], *, positive: bool = True) -> np.ndarray:
+    """``samples`` as a flat float array, refused in one line naming ``side`` when they are not numbers, not
+    finite, or (``positive``: rates and durations) not above zero."""
     try:
         values = np.asarray(samples, dtype=float)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{metric}: {side} samples are not numbers: {exc}") from exc
     if values.ndim != 1:
         raise ValueError(f"{metric}: {side} samples must be a flat sequence, got shape {values.shape}")
-    bad = values[~np.isfinite(values) | (values <= 0)]
+    bad = values[~np.isfinite(values) | ((values <= 0) if positive else False)]
     if bad.size:
         # Rates and durations are positive; a zero or NaN is a broken measurement, not a fast one.
-        raise ValueError(f"{metric}: {side} samples must be finite and positive, got {bad[:3].tolist()}")
+        kind = "finite and positive" if positive else "finite"
+        raise ValueError(f"{metric}: {side} samples must be {kind}, got {bad[:3].tolist()}")
     return values
 
 
