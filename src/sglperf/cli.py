@@ -16,7 +16,15 @@ from typing import get_args
 from sglperf.commands import DEFAULT_DEPLOYMENTS, UsageError
 from sglperf.errors import SglperfError
 from sglperf.model.runner_profile import CpuKernel
-from sglperf.options import HISTORY_STORE, SGLANG_PYTHON, SGLANG_VERSION, add_to_command
+from sglperf.options import (
+    EMULATOR,
+    EMULATOR_CONFIG,
+    HISTORY_STORE,
+    MODEL_PATH,
+    SGLANG_PYTHON,
+    SGLANG_VERSION,
+    add_to_command,
+)
 from sglperf.sglang import envs
 
 # Each command imports what only it uses, in its own body: the history store, the statistics (numpy) and
@@ -84,6 +92,47 @@ def cmd_upgrade_check(args: argparse.Namespace) -> int:
     print(json.dumps(outcome.to_record(), indent=2, sort_keys=True) if args.json else text)
     _say(f"upgrade-check took {time.perf_counter() - started:.1f} s")
     return EXIT_CHECK_FAILED if outcome.report.breaking else 0
+
+
+def cmd_bisect(args: argparse.Namespace) -> int:
+    from sglperf.commands import bisect
+    from sglperf.reporting import bisect as bisect_text
+    from sglperf.reporting import json_out
+    from sglperf.upgrade.bisect import Answer, Budget
+
+    pythons: dict[str, str] = {}
+    for given in args.release_python or []:
+        release, sep, python = given.partition("=")
+        if not sep or not release or not python:
+            raise UsageError(
+                f"--release-python {given!r}: give RELEASE=PATH, e.g. 0.5.22=/opt/sglang-0.5.22/bin/python"
+            )
+        pythons[release] = python
+    try:
+        budget = Budget(args.first_quartets, args.max_quartets)
+    except ValueError as exc:
+        raise UsageError(f"--first-quartets/--max-quartets: {exc}") from None
+    request = bisect.BisectRequest(
+        deployment=Path(args.deployment),
+        from_version=args.from_version,
+        to_version=args.to,
+        selector=args.k,
+        metric=args.metric,
+        results_dir=Path(args.results_dir) if args.results_dir else None,
+        emulator=args.emulator,
+        emulator_config=args.emulator_config,
+        pythons=pythons,
+        model_path=args.model_path,
+        budget=budget,
+        history=args.history_store,
+    )
+    result = bisect.bisect(request, _say)
+    if args.json:
+        print(json_out.json_text(bisect_text.to_record(result.outcome, result.source)))
+    else:
+        print(bisect_text.render(result.outcome, result.source))
+    _say(f"state and each release's results: {result.folder}")
+    return 0 if result.outcome.answer in (Answer.CULPRIT, Answer.SAME) else EXIT_CHECK_FAILED
 
 
 def cmd_baseline(args: argparse.Namespace) -> int:
@@ -291,6 +340,46 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_upgrade_check)
+
+    p = sub.add_parser(
+        "bisect",
+        help="in which SGLang release one measurement item changed, and through which of SGLang's decisions: "
+        "paired comparisons on fresh servers, the releases where its effective config changed first",
+    )
+    p.add_argument("deployment", help="the deployment file")
+    p.add_argument("--from", dest="from_version", required=True, metavar="VERSION", help="the older release")
+    p.add_argument("--to", required=True, metavar="VERSION", help="the newer release")
+    p.add_argument(
+        "-k", required=True, metavar="SELECTOR", help="the measurement item: its key, or a part of it only it has"
+    )
+    p.add_argument("--metric", default="decode_tok_s", help="the metric to bisect (default: decode_tok_s)")
+    p.add_argument(
+        "--results-dir",
+        metavar="DIR",
+        help="where the state, each release's results and the server logs go; the same command resumes from it "
+        "(default: results/bisect/<item>-<from>-<to>)",
+    )
+    p.add_argument(
+        "--release-python",
+        action="append",
+        metavar="RELEASE=PATH",
+        help="the interpreter of a given SGLang environment for one release (repeatable; default: managed ones)",
+    )
+    p.add_argument("--first-quartets", type=int, default=1, metavar="N", help="A B B A quartets per comparison first")
+    p.add_argument(
+        "--max-quartets", type=int, default=4, metavar="N", help="doubled up to this while not yet known (default 4)"
+    )
+    add_to_command(p, EMULATOR)
+    add_to_command(
+        p,
+        EMULATOR_CONFIG,
+        help='the emulator\'s timing and faults; "variants" by id and "releases" by SGLang version get their own, '
+        'e.g. {"releases": {"0.5.22": {"decode_slowdown": 1.1}}}',
+    )
+    add_to_command(p, MODEL_PATH)
+    add_to_command(p, HISTORY_STORE)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_bisect)
 
     p = sub.add_parser("baseline", help="read stored baselines")
     p.add_argument("action", choices=["show", "diff"])

@@ -59,6 +59,7 @@ SERVERS_DIR = "servers"
 PLOTS_DIR = "plots"
 REPORT_NAME = "report.md"
 PROGRESS_LOG = "progress.log"
+BISECT_FILE = "bisect.json"  # a bisect's question and every comparison it measured (sglperf.upgrade.bisect)
 GPU_LOCKS_DIR = ".gpu-locks"  # an emulated run's simulated GPUs, locked by its own processes only
 
 

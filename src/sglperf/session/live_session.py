@@ -279,14 +279,17 @@ class LiveSession:
         """
         resolution = check.resolution
         if resolution is None or resolution.effective is None:
+            why = f": {resolution.error.message.splitlines()[0]}" if resolution and resolution.error else ""
             raise server.ServerStartError(
-                f"{name}: preflight could not resolve this variant, so the emulator "
-                "has no effective args to serve (see the preflight items)"
+                f"{name}: SGLang {version} refuses this variant{why} (preflight), so the emulator has no "
+                "effective args to serve"
             )
         path = results_folder.server_effective_path(self.options.results_dir, name)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"sglang_version": version, "effective": resolution.effective}))
-        user = _variant_config(_user_emulator_config(self.options.emulator_config), check.variant.id)
+        user = _variant_config(
+            _release_config(_user_emulator_config(self.options.emulator_config), version), check.variant.id
+        )
         config: dict[str, Any] = {}
         if deployment.runner.memory_gib > 0:  # a CPU runner states none: the emulator's default
             config[EMULATOR_GPU_MEMORY_KEY] = deployment.runner.memory_gib
@@ -496,6 +499,16 @@ def _variant_config(config: dict[str, Any], variant: str) -> dict[str, Any]:
     if not isinstance(per_variant, dict) or not all(isinstance(v, dict) for v in per_variant.values()):
         raise server.ServerStartError('--emulator-config: "variants" must map variant ids to objects')
     return {**config, **per_variant.get(variant, {})}
+
+
+def _release_config(config: dict[str, Any], version: str) -> dict[str, Any]:
+    """--emulator-config with its "releases" table applied: {"releases": {"0.5.22": {"decode_slowdown": 1.1}}}
+    gives the servers of that SGLang release their own timing, so a test can plant a change in SGLang's code
+    (which no effective arg shows) in one release; a "variants" table inside it replaces the top one."""
+    per_release = config.pop("releases", {})
+    if not isinstance(per_release, dict) or not all(isinstance(v, dict) for v in per_release.values()):
+        raise server.ServerStartError('--emulator-config: "releases" must map SGLang versions to objects')
+    return {**config, **per_release.get(version, {})}
 
 
 def _user_emulator_config(text: str | None) -> dict[str, Any]:

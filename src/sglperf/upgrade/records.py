@@ -148,6 +148,7 @@ MODEL_BUILD = "model class"
 class WalkReport:
     from_version: str
     to_version: str
+    releases: list[str] = field(default_factory=list)  # every release of the walk, resolved or not, in order
     walked: list[str] = field(default_factory=list)  # every release resolved, in order
     unresolved: list[str] = field(default_factory=list)  # "0.5.17: why"
     transitions: list[Transition] = field(default_factory=list)

@@ -155,6 +155,7 @@ def walk_releases(steps: Sequence[ReleaseStep], report: UpgradeReport) -> WalkRe
     credited to the next alone. And, for every flag the target removed, the replacement chain the releases in
     between declared."""
     walk = WalkReport(report.from_version, report.to_version)
+    walk.releases = [s.version for s in steps]
     walk.walked = [s.version for s in steps if s.error is None]
     walk.unresolved = [f"{s.version}: {s.error}" for s in steps if s.error is not None]
     watched = {(f.deployment, f.variant): {c.field for c in f.changes} for f in report.fields}

@@ -60,6 +60,10 @@ class EmulatorConfig:
     vision_weight_gb_per_gpu: float = 0.0  # > 0 emulates "vision tower loaded"
     gpu_memory_gb: float = 48.0  # each GPU's memory, GiB: the KV pool is what the weights and graphs leave of it
     decode_slowdown: float = 1.0  # multiplier on step time, for regression scenarios
+    # Multiplier on a decode step that runs eager: the decode graph off, or more requests decoding at the
+    # step's start than the largest batch the graph was captured for (timing.py, "Under load"). 1.0: eager
+    # costs nothing, as before this existed; a GPU's eager decode is slower (the launches a graph saves).
+    eager_step_factor: float = 1.0
     stream_interval: int = 1  # decode steps per streamed chunk
     eos_after_tokens: int | None = None  # without ignore_eos, stop ("stop" finish) after this many
     # > 0: at weight loading, map a file of this many bytes in /dev/shm and never unlink it, as
@@ -101,8 +105,8 @@ class EmulatorConfig:
         for name in ("accept_prob", "retract_fraction"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ConfigError(f"{name} must be within [0, 1], got {getattr(self, name)}")
-        if self.decode_step_s <= 0 or self.decode_slowdown <= 0 or self.gpu_memory_gb <= 0:
-            raise ConfigError("decode_step_s, decode_slowdown and gpu_memory_gb must be > 0")
+        if min(self.decode_step_s, self.decode_slowdown, self.eager_step_factor, self.gpu_memory_gb) <= 0:
+            raise ConfigError("decode_step_s, decode_slowdown, eager_step_factor and gpu_memory_gb must be > 0")
         if self.shared_memory_bytes < 0:
             raise ConfigError(f"shared_memory_bytes must be >= 0, got {self.shared_memory_bytes}")
         if self.prefill_slots is not None and self.prefill_slots < 1:
@@ -119,8 +123,9 @@ class EmulatorConfig:
 
     @property
     def contended(self) -> bool:
-        """Whether requests slow each other down (the load knobs are on)."""
-        return self.step_s_per_running_request > 0 or self.prefill_slots is not None
+        """Whether requests slow each other down (the load knobs are on, or eager steps cost more: the
+        batch a step runs in decides both)."""
+        return self.step_s_per_running_request > 0 or self.prefill_slots is not None or self.eager_step_factor != 1.0
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> EmulatorConfig:

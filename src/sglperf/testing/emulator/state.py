@@ -228,6 +228,12 @@ class EmulatorState:
         sizes = decode.get("bs") if isinstance(decode, dict) else None
         return [int(b) for b in sizes] if isinstance(sizes, list) and sizes else list(range(1, 9))
 
+    def eager(self, running: int) -> bool:
+        """Whether a decode step with ``running`` requests in its batch runs eager: the decode graph is off,
+        or the batch is above the largest size it was captured for (SGLang's can_run_graph)."""
+        sizes = self.decode_graph_batch_sizes()
+        return not sizes or running > max(sizes)
+
     @property
     def drift_epoch(self) -> float:
         """The Unix time drift is counted from: the run's, else this emulator's start."""
@@ -301,7 +307,8 @@ class EmulatorState:
             # The plan drifted the step as of its start on the plan's clock; it starts delay_s later.
             planned = run.since_epoch_s + start
             drifted = drawn * drift_factor(cfg, planned + run.delay_s) / drift_factor(cfg, planned)
-            run.delay_s += loaded_step_s(cfg, drifted, running) - drawn
+            eager = cfg.eager_step_factor if self.eager(running) else 1.0  # exactly 1.0 with the knob off
+            run.delay_s += loaded_step_s(cfg, drifted, running) * eager - drawn
             if i == 0:
                 run.first_delay_s = run.delay_s
             run.next_pass += 1

@@ -41,6 +41,10 @@ a request alone stays put). So:
   server adds to as each step starts (``EmulatorState.await_chunk``). A request alone (running 1, an
   empty queue) is timed exactly as its plan says, and with the knobs off the server does not even
   keep that delay: every chunk goes out at its plan's deadline, as in the model above.
+* Eager steps (``eager_step_factor``, 1.0 by default): a step whose batch (``running`` above) is larger
+  than the largest size the decode graph was captured for, or any step with the decode graph off, lasts
+  that much longer, as SGLang's can_run_graph sends such a batch eager. A knob of its own turns on the
+  per-step timing above, so the batch a step really runs in decides.
 * Not emulated: a prefill stalling the others' decode, a re-prefill after retraction queueing for a
   slot, a batch-size limit. Truth: :func:`expected_decode_tok_s` with ``running`` for a steady batch
   of that many streams; a burst of n equal prompts at once waits 0, p, 2p, ... (n - 1)p for prefill
