@@ -30,13 +30,15 @@ export SGLPERF_EXAMPLE_DEPLOYMENT=tiny-cpu
   deployments/tiny-cpu-effects.toml examples -k "not examples or torch-compile" \
   --sglang-version=0.5.23 -p no:cacheprovider --update-baselines --baselines-dir="$baselines" \
   --junit-xml=results/cpu-tier-record.xml "$@"
-# 2. the measurements again, compared with those baselines; the CPU-server tests and the emulator contract
+# 2. the measurements again, compared with those baselines; the CPU-server tests, the emulator contract and a
+#    bisect between two releases on real CPU servers
 if $quick; then
   exec .venv/bin/pytest tests/sglang/test_cpu_server.py tests/sglang/test_emulator_contract.py \
-    --sglang-version=0.5.23 -p no:cacheprovider --junit-xml=results/cpu-tier.xml "$@"
+    tests/sglang/test_cpu_bisect.py --sglang-version=0.5.23 -p no:cacheprovider --junit-xml=results/cpu-tier.xml "$@"
 fi
 exec .venv/bin/pytest deployments/tiny-cpu.toml deployments/tiny-cpu-mtp.toml deployments/tiny-cpu-native.toml examples \
-  tests/sglang/test_cpu_server.py tests/sglang/test_emulator_contract.py -m "measure or needs_sglang" \
+  tests/sglang/test_cpu_server.py tests/sglang/test_emulator_contract.py tests/sglang/test_cpu_bisect.py \
+  -m "measure or needs_sglang" \
   -k "not examples or torch-compile" \
   --sglang-version=0.5.23 -p no:cacheprovider --baselines-dir="$baselines" \
   --junit-xml=results/cpu-tier.xml "$@"

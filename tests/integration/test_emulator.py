@@ -583,6 +583,32 @@ def test_load_knobs_slow_a_burst_but_not_a_request_alone(spawn: Callable[..., Em
     assert max(b.queue_req or 0 for b in parse_batch_lines(plain.log())) == 0
 
 
+def test_eager_steps_above_the_captured_batch_cost_what_the_knob_says(spawn: Callable[..., Emulator]) -> None:
+    """A decode graph captured up to batch 4: a request alone runs in it at the plan's rate; eight at once
+    run eager, twice as slow per step with ``eager_step_factor`` 2, and their batch lines say eager."""
+    effective = {
+        "sglang_version": "0.5.23",
+        "effective": {"cuda_graph_config": {"decode": {"backend": "full", "bs": [1, 2, 4]}}},
+    }
+    emu = spawn(
+        "--enable-metrics",
+        "--decode-log-interval",
+        "1",
+        config={**LOAD_BASE, "eager_step_factor": 2.0},
+        effective=effective,
+    )
+    alone = _streams(emu, 1)[0]
+    burst = _streams(emu, 8)
+    truth = EmulatorConfig(**LOAD_BASE)
+    assert alone.meta["decode_throughput"] == pytest.approx(expected_decode_tok_s(truth, None), rel=0.1)
+    assert statistics.median(s.meta["decode_throughput"] for s in burst) == pytest.approx(
+        alone.meta["decode_throughput"] / 2, rel=0.15
+    )
+    decode = [b for b in parse_batch_lines(emu.log()) if b.kind == "decode"]
+    assert any(b.running_req == 1 and b.graph for b in decode)
+    assert any((b.running_req or 0) > 4 and b.graph is False for b in decode)
+
+
 def test_openai_streams_expose_tokens_per_chunk(spawn: Callable[..., Emulator]) -> None:
     emu = spawn(*SPEC_ARGV, config={"decode_step_s": 0.002})
     client = openai.OpenAI(base_url=emu.url + "/v1", api_key="unused")

@@ -7,6 +7,7 @@ from typing import Any
 
 from sglperf.model.numbers_source import NumbersSource
 from sglperf.upgrade.bisect import Answer, BisectOutcome
+from sglperf.upgrade.records import WARNING
 
 
 def render(outcome: BisectOutcome, source: NumbersSource) -> str:
@@ -18,18 +19,20 @@ def render(outcome: BisectOutcome, source: NumbersSource) -> str:
     if outcome.answer is Answer.CULPRIT and outcome.explains:
         lines.append(f"  {outcome.explains}")
     if outcome.culprit and outcome.answer is Answer.CULPRIT:
-        if outcome.changes:
+        decided = [c for c in outcome.changes if c.what != WARNING]
+        if decided:
             lines.append(f"what {outcome.culprit} changed in this item's effective config (the walk):")
-            for change in outcome.changes:
-                where = f" (or in {', '.join(change.unsure)}, not resolved)" if change.unsure else ""
-                release = f" [SGLang {change.rule_release}]" if change.rule_release else ""
-                rule = f"; {change.rule}{release}" if change.rule else ""
-                lines.append(f"  {change.what}: {change.before} -> {change.after}{where}{rule}")
         else:
             lines.append(
                 f"no effective-config change: the cause is in SGLang's code between {outcome.parent} and "
                 f"{outcome.culprit} (every flag, field and intent the walk follows resolved the same)"
             )
+        warned = [c for c in outcome.changes if c.what == WARNING]
+        for change in decided + warned:
+            where = f" (or in {', '.join(change.unsure)}, not resolved)" if change.unsure else ""
+            release = f" [SGLang {change.rule_release}]" if change.rule_release else ""
+            rule = f"; {change.rule}{release}" if change.rule else ""
+            lines.append(f"  {change.what}: {change.before} -> {change.after}{where}{rule}")
     lines.append("comparisons (newer against older, paired A B B A sessions on fresh servers):")
     for c in state.comparisons:
         cost = f"{len(c.sessions)} server start(s), {c.seconds / 60:.1f} min"
@@ -54,7 +57,7 @@ def to_record(outcome: BisectOutcome, source: NumbersSource) -> dict[str, Any]:
         "parent": outcome.parent,
         "explains": outcome.explains,
         "changes": [c.model_dump() for c in outcome.changes],
-        "no_config_change": outcome.answer is Answer.CULPRIT and not outcome.changes,
+        "no_config_change": outcome.answer is Answer.CULPRIT and all(c.what == WARNING for c in outcome.changes),
         "releases_measured": outcome.releases_measured,
         "server_starts": outcome.server_starts,
         "minutes": round(outcome.minutes, 2),
