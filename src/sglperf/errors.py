@@ -40,6 +40,8 @@ base it had before the root existed, so ``except ValueError:`` and ``except OSEr
     ├── results.folder.ResultsError (ValueError)                a results folder or export file unreadable
     │   └── NoResults                                           a results folder no run wrote anything in
     ├── scaffold.InitError (ValueError)                         `sglperf init` lacks a fact or would overwrite
+    ├── upgrade.bisect.BisectStateError (ValueError)            a bisect state file that cannot be resumed
+    ├── upgrade.bisect.ReleaseUnusable                          a release cannot run a bisect's item (a verdict)
     ├── plugin.items.ItemFailure                                a failed verdict or measurement, explained
     └── testing.emulator.config.ConfigError (ValueError)        the emulator's configuration is unusable
 

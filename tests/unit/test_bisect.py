@@ -216,8 +216,20 @@ def test_a_state_of_a_later_format_is_refused(tmp_path: Path) -> None:
 def test_the_plan_says_the_cost_before_anything_starts() -> None:
     line = bisect.plan_line(_state(candidates=["0.5.21"]), Budget(first=1, most=4))
     assert "3 release(s) between; effective config changed at: 0.5.21" in line
-    assert "up to 3 halving(s)" in line or "up to 2 halving(s)" in line
-    assert "server starts if each comparison decides in 1 quartet(s)" in line
+    # 4 steps: 2 halvings; the endpoints, 1 candidate, 2 halvings and the verification in 1 quartet each
+    assert "1 candidate step(s), up to 2 halving(s)" in line
+    assert "20 server starts if each comparison decides in 1 quartet(s), up to 112 while not yet known" in line
+
+
+def test_the_first_session_turns_the_plan_into_minutes() -> None:
+    said: list[str] = []
+    Bisection(_state(candidates=["0.5.21"]), Levels(_levels("0.5.22", 0.9)), lambda s: None, progress=said.append).run()
+    paced = [line for line in said if "at this pace" in line]
+    # each Levels session "took" 10 s: 20 starts are 3.3 min, 112 are 18.7
+    assert paced == [
+        "a session (server start, warm-up, rounds) took 10 s on 0.5.19: at this pace the plan's 20 server starts "
+        "take about 3 min (up to 19 min while answers stay unknown)"
+    ]
 
 
 def test_warnings_alone_are_not_candidates() -> None:
@@ -243,3 +255,47 @@ def test_any_single_step_is_found_whatever_the_candidates(n: int, data: st.DataO
     assert (outcome.answer, outcome.culprit) == (Answer.CULPRIT, releases[culprit])
     if not candidates and n >= 5:
         assert len(outcome.releases_measured) < n  # fewer than a linear walk
+
+
+def test_a_pair_measured_as_a_candidate_is_not_measured_again_by_the_halving() -> None:
+    # 0.5.20 sits at the floor's edge: its candidate step stays undecided after the whole budget. The halving's
+    # first middle is 0.5.20 again, against the same lower end: it takes that answer instead of 16 more starts.
+    releases = RELEASES[:4]
+    state = _state(releases, candidates=["0.5.20"])
+    measure = Levels({"0.5.19": 100.0, "0.5.20": 97.0, "0.5.21": 97.0, "0.5.22": 80.0})
+    outcome = _run(state, measure)
+    assert (outcome.answer, outcome.culprit) == (Answer.CULPRIT, "0.5.22")
+    steps = [(c.purpose, c.older, c.newer, c.same_as) for c in outcome.state.comparisons]
+    assert steps[1:3] == [
+        (Purpose.CANDIDATE, "0.5.19", "0.5.20", None),
+        (Purpose.HALVING, "0.5.19", "0.5.20", 1),
+    ]
+    candidate, halving = outcome.state.comparisons[1:3]
+    assert candidate.verdict is EffectVerdict.UNDECIDED and candidate.quartets == 4
+    assert halving.verdict is EffectVerdict.UNDECIDED and not halving.sessions
+    assert outcome.server_starts == sum(measure.calls.values())
+
+
+def test_the_verification_is_measured_afresh_even_when_its_pair_was_measured() -> None:
+    outcome = _run(_state(candidates=["0.5.22"]), Levels(_levels("0.5.22", 0.9)))
+    verify = outcome.state.comparisons[-1]
+    assert (verify.purpose, verify.older, verify.newer) == (Purpose.VERIFY, "0.5.21", "0.5.22")
+    assert verify.same_as is None and verify.quartets == 1
+    assert any(
+        c.purpose is Purpose.CANDIDATE and (c.older, c.newer) == ("0.5.21", "0.5.22") for c in outcome.state.comparisons
+    )
+
+
+def test_a_taken_answer_survives_an_interrupt_and_resume(tmp_path: Path) -> None:
+    path = tmp_path / "bisect.json"
+    levels = {"0.5.19": 100.0, "0.5.20": 97.0, "0.5.21": 97.0, "0.5.22": 80.0}
+    state = _state(RELEASES[:4], candidates=["0.5.20"])
+    measure = Levels(levels)
+    measure.stop_after = 4 + 16 + 2  # the endpoints, the candidate's whole budget, half the next quartet
+    with pytest.raises(KeyboardInterrupt):
+        Bisection(state, measure, lambda s: bisect.write_state(path, s)).run()
+    kept = bisect.read_state(path)
+    assert kept is not None and kept.comparisons[2].same_as == 1
+    outcome = Bisection(kept, Levels(levels, seed=1), lambda s: bisect.write_state(path, s)).run()
+    assert (outcome.answer, outcome.culprit) == (Answer.CULPRIT, "0.5.22")
+    assert [c.same_as for c in outcome.state.comparisons].count(1) == 1

@@ -29,6 +29,14 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
         (["-k", "decode-chat", "--metric", "speed"], "sglperf: --metric speed: not a metric sglperf measures; "),
         (["-k", "decode-chat", "--release-python", "0.5.22"], "sglperf: --release-python '0.5.22': give RELEASE=PATH"),
         (
+            ["-k", "decode-chat", "--emulator", "--emulator-config", '{"releases": {"0.5.22": 1.1}}'],
+            'sglperf: --emulator-config: "releases" must map SGLang versions to objects',
+        ),
+        (
+            ["-k", "decode-chat", "--emulator", "--emulator-config", "{slow"],
+            "sglperf: --emulator-config '{slow': not JSON or @file of JSON (",
+        ),
+        (
             ["-k", "decode-chat", "--first-quartets", "3", "--max-quartets", "2"],
             "sglperf: --first-quartets/--max-quartets: quartets: first 3 and most 2",
         ),

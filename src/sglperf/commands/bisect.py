@@ -24,6 +24,8 @@ from sglperf.model.numbers_source import NumbersSource
 from sglperf.model.progress import Progress, silent
 from sglperf.model.workload import LoadPoint, Workload, measurement_key
 from sglperf.results import folder as results_folder
+from sglperf.runtime import server
+from sglperf.session.live_session import emulator_config_for
 from sglperf.session.release_sessions import ReleaseSessions
 from sglperf.session.running import LiveOptions, LiveSkip
 from sglperf.sglang import envs
@@ -96,6 +98,11 @@ def bisect(request: BisectRequest, progress: Progress = silent) -> BisectResult:
     if len(found) != 1:
         raise UsageError(f"{request.deployment}: give one deployment file to bisect, not {len(found)}")
     item = find_item(found[0], request.selector)
+    if request.emulator:
+        try:  # bad input now, not as every release "cannot run" later
+            emulator_config_for(request.emulator_config, request.from_version, item.variant.id)
+        except server.ServerStartError as exc:
+            raise UsageError(str(exc)) from None
     folder = results_dir_for(request, item)
     state_path = folder / results_folder.BISECT_FILE
     state = search.read_state(state_path)

@@ -35,8 +35,12 @@ def render(outcome: BisectOutcome, source: NumbersSource) -> str:
             lines.append(f"  {change.what}: {change.before} -> {change.after}{where}{rule}")
     lines.append("comparisons (newer against older, paired A B B A sessions on fresh servers):")
     for c in state.comparisons:
-        cost = f"{len(c.sessions)} server start(s), {c.seconds / 60:.1f} min"
-        lines.append(f"  {c.purpose.value:<10} {c.older} -> {c.newer}: {c.describe()}; {c.quartets} quartet(s), {cost}")
+        cost = (
+            f"comparison {c.same_as + 1}'s answer, not measured again"
+            if c.same_as is not None
+            else f"{c.quartets} quartet(s), {len(c.sessions)} server start(s), {c.seconds / 60:.1f} min"
+        )
+        lines.append(f"  {c.purpose.value:<10} {c.older} -> {c.newer}: {c.describe()}; {cost}")
     for release, why in state.unusable.items():
         lines.append(f"  {release} cannot run it: {why}")
     measured = outcome.releases_measured

@@ -287,9 +287,7 @@ class LiveSession:
         path = results_folder.server_effective_path(self.options.results_dir, name)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"sglang_version": version, "effective": resolution.effective}))
-        user = _variant_config(
-            _release_config(_user_emulator_config(self.options.emulator_config), version), check.variant.id
-        )
+        user = emulator_config_for(self.options.emulator_config, version, check.variant.id)
         config: dict[str, Any] = {}
         if deployment.runner.memory_gib > 0:  # a CPU runner states none: the emulator's default
             config[EMULATOR_GPU_MEMORY_KEY] = deployment.runner.memory_gib
@@ -499,6 +497,12 @@ def _variant_config(config: dict[str, Any], variant: str) -> dict[str, Any]:
     if not isinstance(per_variant, dict) or not all(isinstance(v, dict) for v in per_variant.values()):
         raise server.ServerStartError('--emulator-config: "variants" must map variant ids to objects')
     return {**config, **per_variant.get(variant, {})}
+
+
+def emulator_config_for(text: str | None, version: str, variant: str) -> dict[str, Any]:
+    """The user's --emulator-config as one variant's servers of one SGLang release get it; bad input is a
+    `ServerStartError` naming the option."""
+    return _variant_config(_release_config(_user_emulator_config(text), version), variant)
 
 
 def _release_config(config: dict[str, Any], version: str) -> dict[str, Any]:

@@ -59,7 +59,9 @@ class BisectStateError(SglperfError, ValueError):
 
 class Purpose(str, Enum):
     ENDPOINTS = "endpoints"
-    CANDIDATE = "candidate"  # a release where the item's effective config changed, against its predecessor
+    CANDIDATE = (
+        "candidate"  # a release where the item's effective config changed: against the lower end, or its predecessor
+    )
     HALVING = "halving"
     VERIFY = "verify"  # the culprit against its parent, once more
 
@@ -105,6 +107,9 @@ class Comparison(BaseModel):
     ci_low: float | None = None
     ci_high: float | None = None
     unusable: str | None = None  # why one of the two could not run: then there is no verdict
+    # The index of an earlier comparison of the same two releases whose answer this one takes (a halving
+    # step a candidate step already measured): no sessions of its own. A verification never takes one.
+    same_as: int | None = None
 
     @property
     def quartets(self) -> int:
@@ -227,18 +232,28 @@ class BisectOutcome:
         return sum(c.seconds for c in self.state.comparisons) / 60.0
 
 
+def _halvings(state: BisectState) -> int:
+    return math.ceil(math.log2(max(1, len(state.releases) - 1)))
+
+
+def planned_starts(state: BisectState, budget: Budget) -> tuple[int, int]:
+    """Server starts of the plan: when every comparison decides in its first quartets, and at most (each
+    comparison at the budget's most, an undecided middle asked against both ends)."""
+    comparisons = 1 + len(state.candidates) + _halvings(state) + 1
+    return 4 * budget.first * comparisons, 4 * budget.most * (comparisons + _halvings(state))
+
+
 def plan_line(state: BisectState, budget: Budget) -> str:
     """What the bisect will measure at most, said before the first server starts."""
     between = len(state.releases) - 2
-    halvings = math.ceil(math.log2(max(1, len(state.releases) - 1)))
-    comparisons = 1 + len(state.candidates) + halvings + 1
-    starts = (4 * budget.first * comparisons, 4 * budget.most * (comparisons + halvings))
+    halvings = _halvings(state)
+    starts = planned_starts(state, budget)
     candidates = ", ".join(state.candidates) or "none"
     return (
         f"bisect {state.item} {state.metric}, SGLang {state.from_version} -> {state.to_version} "
         f"({between} release(s) between; effective config changed at: {candidates}): the endpoints, "
         f"{len(state.candidates)} candidate step(s), up to {halvings} halving(s) and the verification; "
-        f"{starts[0]} server starts if each comparison decides in {budget.first} quartet(s), "
+        f"at most {starts[0]} server starts if each comparison decides in {budget.first} quartet(s), "
         f"up to {starts[1]} while not yet known"
     )
 
@@ -416,9 +431,11 @@ class Bisection:
                     "search; give another --results-dir"
                 )
         else:
-            c = Comparison(older=older, newer=newer, purpose=purpose)
+            c = Comparison(older=older, newer=newer, purpose=purpose, same_as=self._earlier(older, newer, purpose))
             comparisons.append(c)
         self._cursor += 1
+        if c.same_as is not None:
+            return self._take_earlier(c)
         if c.finished and (c.unusable or _decided(c) or c.quartets >= self.budget.most):
             self.progress(f"{purpose.value}: {older} -> {newer}: {c.describe()} (measured before: not again)")
             return c
@@ -454,6 +471,34 @@ class Bisection:
                 f"measuring up to {target}"
             )
 
+    def _earlier(self, older: str, newer: str, purpose: Purpose) -> int | None:
+        """A finished comparison of the same two releases this one can take its answer from: measuring the
+        same pair again would only cost starts (the verification alone is measured afresh, on purpose)."""
+        if purpose is Purpose.VERIFY:
+            return None
+        for i, c in enumerate(self.state.comparisons):
+            if (
+                (c.older, c.newer) == (older, newer)
+                and c.finished
+                and c.same_as is None
+                and c.purpose != Purpose.VERIFY
+            ):
+                return i
+        return None
+
+    def _take_earlier(self, c: Comparison) -> Comparison:
+        """``c`` with its earlier twin's answer, as that stands now (a resume may have measured it further)."""
+        assert c.same_as is not None  # for mypy: the caller checked
+        twin = self.state.comparisons[c.same_as]
+        c.verdict, c.ratio, c.ci_low, c.ci_high = twin.verdict, twin.ratio, twin.ci_low, twin.ci_high
+        c.unusable, c.finished = twin.unusable, True
+        self.progress(
+            f"{c.purpose.value}: {c.older} -> {c.newer}: {c.describe()} (comparison {c.same_as + 1}'s answer: "
+            "not measured again)"
+        )
+        self.save(self.state)
+        return c
+
     def _judge(self, c: Comparison) -> None:
         metric = self.state.metric
         sides: tuple[list[list[float]], list[list[float]]] = ([], [])
@@ -477,7 +522,12 @@ class Bisection:
         if self._paced:
             return
         self._paced = True
-        self.progress(f"a session (server start, warm-up, rounds) took {run.seconds:.0f} s on {run.release}")
+        fewest, most = planned_starts(self.state, self.budget)
+        self.progress(
+            f"a session (server start, warm-up, rounds) took {run.seconds:.0f} s on {run.release}: at this pace the "
+            f"plan's {fewest} server starts take about {fewest * run.seconds / 60:.0f} min "
+            f"(up to {most * run.seconds / 60:.0f} min while answers stay unknown)"
+        )
 
 
 def _decided(c: Comparison) -> bool:
