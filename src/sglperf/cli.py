@@ -20,6 +20,7 @@ from sglperf.options import (
     EMULATOR,
     EMULATOR_CONFIG,
     HISTORY_STORE,
+    MAX_HOST_LOAD,
     MODEL_PATH,
     SGLANG_PYTHON,
     SGLANG_VERSION,
@@ -125,6 +126,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
         model_path=args.model_path,
         budget=budget,
         history=args.history_store,
+        max_host_load=args.max_host_load,
     )
     result = bisect.bisect(request, _say)
     if args.json:
@@ -377,6 +379,7 @@ def build_parser() -> argparse.ArgumentParser:
         'e.g. {"releases": {"0.5.22": {"decode_slowdown": 1.1}}}',
     )
     add_to_command(p, MODEL_PATH)
+    add_to_command(p, MAX_HOST_LOAD)
     add_to_command(p, HISTORY_STORE)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_bisect)

@@ -21,11 +21,13 @@ import pytest
 
 from sglperf.commands import bisect as bisect_command
 from sglperf.history import open_store
+from sglperf.measure.samples import HostBusyError
 from sglperf.model.variant_effect import EffectVerdict
 from sglperf.upgrade import bisect
 from sglperf.upgrade.bisect import Answer, Purpose
 
 from ..support.project import ROOT, SGLPERF, SglangPython
+from ..support.quiet_host import skip_if_the_guard_said_so
 
 pytestmark = [pytest.mark.needs_sglang, pytest.mark.quiet_host]
 
@@ -84,7 +86,10 @@ def _wait_for(path: Path, done: int, proc: subprocess.Popen[str], timeout_s: flo
     """The state once ``done`` comparisons are finished and the next has a session."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        assert proc.poll() is None, proc.communicate()
+        if proc.poll() is not None:
+            _, err = proc.communicate()
+            skip_if_the_guard_said_so(err.splitlines())
+            raise AssertionError(f"the bisect ended before comparison {done + 1}: {err[-3000:]}")
         state = bisect.read_state(path) if path.exists() else None
         if state and len(state.comparisons) > done and state.comparisons[done].sessions:
             return state
@@ -109,6 +114,7 @@ def test_a_planted_code_change_is_bisected_to_its_release_and_resumes_after_an_i
     kept = _wait_for(state_path, 1, first)
     first.send_signal(signal.SIGINT)
     _, err = first.communicate(timeout=300)
+    skip_if_the_guard_said_so(err.splitlines())
     assert first.returncode == 130, err
     assert err.splitlines()[-1] == (
         f"sglperf: interrupted (the bisect's state is kept in {state_path}: the same command resumes it)"
@@ -118,6 +124,7 @@ def test_a_planted_code_change_is_bisected_to_its_release_and_resumes_after_an_i
     assert (ends.purpose, ends.verdict) == (Purpose.ENDPOINTS, EffectVerdict.WORSE)
 
     again = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=1800)
+    skip_if_the_guard_said_so(again.stderr.splitlines())
     assert again.returncode == 0, again.stderr
     assert "resuming the bisect" in again.stderr
     assert "endpoints: 0.5.19 -> 0.5.23: worse" in again.stderr and "(measured before: not again)" in again.stderr
@@ -157,18 +164,22 @@ def test_a_decode_graph_cap_moved_by_sglang_is_bisected_to_its_release_with_the_
     monkeypatch.chdir(tmp_path)
     path = _deployment(tmp_path, "1x4090", "NVIDIA GeForce RTX 4090", 24, 32)
     said: list[str] = []
-    result = bisect_command.bisect(
-        bisect_command.BisectRequest(
-            deployment=path,
-            from_version="0.5.19",
-            to_version="0.5.21",
-            selector="c32",
-            emulator=True,
-            emulator_config=json.dumps({**TIMING, "eager_step_factor": 1.3}),
-            history="off",
-        ),
-        said.append,
-    )
+    try:
+        result = bisect_command.bisect(
+            bisect_command.BisectRequest(
+                deployment=path,
+                from_version="0.5.19",
+                to_version="0.5.21",
+                selector="c32",
+                emulator=True,
+                emulator_config=json.dumps({**TIMING, "eager_step_factor": 1.3}),
+                history="off",
+            ),
+            said.append,
+        )
+    except HostBusyError as exc:
+        skip_if_the_guard_said_so([str(exc)])
+        raise
     outcome = result.outcome
     assert (outcome.answer, outcome.culprit, outcome.parent) == (Answer.CULPRIT, "0.5.20", "0.5.19"), outcome.summary
     assert outcome.verification is not None and outcome.verification.verdict is EffectVerdict.BETTER

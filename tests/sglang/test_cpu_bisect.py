@@ -19,6 +19,7 @@ from sglperf.upgrade import bisect
 
 from ..support.cpu_tier import TINY_CPU_NATIVE, TINY_MODELS_ENV, cpu_setup
 from ..support.project import SGLPERF, SglangPython
+from ..support.quiet_host import skip_if_the_guard_said_so
 
 pytestmark = [pytest.mark.needs_sglang, pytest.mark.quiet_host]
 FROM, TO = "0.5.21", "0.5.23"
@@ -55,6 +56,7 @@ def test_a_bisect_on_real_cpu_servers_runs_to_its_verdict_with_its_cost(
         env={**os.environ, TINY_MODELS_ENV: str(setup.models)},
     )
     print(proc.stdout)  # the verdict and its cost, in the CPU tier's log
+    skip_if_the_guard_said_so(proc.stderr.splitlines())
     assert proc.returncode in (0, 1), proc.stderr[-3000:]
     plan = next(line for line in proc.stderr.splitlines() if line.startswith("bisect tiny-cpu-native-plain"))
     assert "server starts if each comparison decides in 1 quartet(s)" in plan

@@ -22,7 +22,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import psutil
@@ -100,7 +100,13 @@ def skip_if_the_host_stayed_busy(result: pytest.RunResult) -> None:
     # The guard's line is a FAILED line's reason under -rA, or stands alone in the failure's report.
     if result.ret == 0:
         return
-    for line in result.outlines:
+    skip_if_the_guard_said_so(result.outlines)
+
+
+def skip_if_the_guard_said_so(lines: Iterable[str]) -> None:
+    """A command's output (a nested run's, an `sglperf` subprocess's stderr) in which the host-load guard refused
+    the measurements: skip with its line."""
+    for line in lines:
         if HOST_STAYED_BUSY in line:
             said = re.sub(r"^E\s+[\w.]+Error:\s*", "", line.split(" - ", 1)[-1].strip())  # a traceback's line
             pytest.skip(f"not judged: {said[:400]}")

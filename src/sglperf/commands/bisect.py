@@ -48,6 +48,7 @@ class BisectRequest:
     model_path: str | None = None
     budget: search.Budget = field(default_factory=search.Budget)
     history: str | None = None  # --history-store; None: the default
+    max_host_load: float | None = None  # --max-host-load; None: the runner profile's
 
 
 @dataclass(frozen=True)
@@ -134,6 +135,7 @@ def bisect(request: BisectRequest, progress: Progress = silent) -> BisectResult:
         baselines_dir=folder / "no-baselines",  # releases are compared with each other, never a baseline
         baseline_missing="skip",
         root=request.deployment.parent,
+        max_host_load=request.max_host_load,
     )
     sessions = ReleaseSessions(
         options,
