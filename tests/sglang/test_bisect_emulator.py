@@ -22,7 +22,10 @@ import pytest
 from sglperf.commands import bisect as bisect_command
 from sglperf.history import open_store
 from sglperf.measure.samples import HostBusyError
+from sglperf.model.deployment_file import load
 from sglperf.model.variant_effect import EffectVerdict
+from sglperf.session.release_sessions import ReleaseSessions
+from sglperf.session.running import LiveOptions
 from sglperf.upgrade import bisect
 from sglperf.upgrade.bisect import Answer, Purpose
 
@@ -194,3 +197,38 @@ def test_a_decode_graph_cap_moved_by_sglang_is_bisected_to_its_release_with_the_
         for r in ("0.5.19", "0.5.20")
     }
     assert "cuda graph: False" in logs["0.5.19"] and "cuda graph: True" in logs["0.5.20"]
+
+
+def test_a_release_whose_server_will_not_start_is_tried_twice_then_a_verdict(
+    tmp_path: Path, sglang_python: SglangPython
+) -> None:
+    """0.5.23's emulator exits during start-up (``exit_during_startup`` planted for that release only): one
+    failed start is not yet a verdict; the second is, with the server's own words, and the release is not
+    measured."""
+    python = sglang_python("0.5.23")
+    deployment = load(_deployment(tmp_path, "1xl40s", "NVIDIA L40S", 48, 1))
+    workload = deployment.workloads[0]
+    said: list[str] = []
+    options = LiveOptions(
+        emulator=True,
+        emulator_config=json.dumps({**TIMING, "releases": {"0.5.23": {"exit_during_startup": 3}}}),
+        results_dir=tmp_path / "bisect",
+        baselines_dir=tmp_path / "no-baselines",
+        baseline_missing="skip",
+        root=tmp_path,
+    )
+    sessions = ReleaseSessions(
+        options, deployment, deployment.variants[0], workload, workload.load_points()[0], lambda r: python, said.append
+    )
+    try:
+        with pytest.raises(bisect.ReleaseUnusable, match="exit") as raised:
+            sessions.session("0.5.23")
+    finally:
+        sessions.close()
+    retried = [line for line in said if "starting it once more before calling 0.5.23 unusable" in line]
+    assert len(retried) == 1, said
+    assert "\n" not in str(raised.value)
+    # SGLang's words, from the server's log: what the emulator logs as SGLang's scheduler would
+    assert "RuntimeError: emulated startup failure (exit_during_startup=3)" in str(raised.value)
+    logs = sorted(p.name for p in (tmp_path / "bisect" / "releases" / "0.5.23" / "servers").glob("*.log*"))
+    assert logs == ["1xl40s-defaults.log", "1xl40s-defaults.log.1"]  # two starts, each its own log

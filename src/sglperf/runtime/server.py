@@ -181,6 +181,14 @@ class Server:
             except httpx.HTTPError as exc:  # not listening yet, or no answer in time
                 if last_answer.startswith("nothing answered"):
                     last_answer = f"nothing answered yet ({type(exc).__name__}: {exc})"[:300]
+                taken = port_taken_line(self.log_tail(), self.port)
+                if taken:
+                    self.stop()
+                    raise ServerStartError(
+                        f"{self.spec.name}: could not bind its HTTP port {self.port}, another socket holds it "
+                        f"(it stays up serving nothing, so it was stopped now; start it again): {taken}; "
+                        f"log {self.spec.log_path}"
+                    ) from None
             now = time.monotonic()
             if now - last_ledger >= LEDGER_EVERY_S:
                 self.write_down()
@@ -273,6 +281,18 @@ class Server:
         with _LIVE_LOCK:
             _LIVE.discard(self)
         return self._stopped
+
+
+def port_taken_line(log_tail: str, port: int) -> str | None:
+    """The server's own line saying it could not bind ``port``, e.g. uvicorn's "[Errno 98] error while
+    attempting to bind on address ('127.0.0.1', 36781): address already in use". Seen on SGLang 0.5.20 on
+    the CPU: the port sglperf chose was taken between its choice and the bind (by one of SGLang's own
+    sockets: something there accepted connections but never answered HTTP), and the server stayed up,
+    serving nothing, until the start-up deadline."""
+    for line in reversed(log_tail.splitlines()):
+        if "address already in use" in line and f", {port})" in line:
+            return line.strip()[:300]
+    return None
 
 
 def _describe_response(response: Reply, limit: int = 200) -> str:

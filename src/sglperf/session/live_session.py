@@ -106,6 +106,10 @@ class LiveSession:
             )
         return None
 
+    def forget_failure(self, deployment: Deployment, variant: Variant) -> None:
+        """Let the next `running` start this variant again, where a failed start is remembered for the run."""
+        self._failures.pop((deployment_key(deployment), variant.id), None)
+
     def running(self, deployment: Deployment, variant: Variant) -> RunningVariant:
         key = (deployment_key(deployment), variant.id)
         if key in self._failures:

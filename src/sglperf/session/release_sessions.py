@@ -28,7 +28,7 @@ from sglperf.runtime import server, server_info
 from sglperf.session.live_session import LiveSession
 from sglperf.session.measurement import Measurement
 from sglperf.session.preflight_session import PreflightSession
-from sglperf.session.running import LiveOptions
+from sglperf.session.running import LiveOptions, RunningVariant
 from sglperf.sglang import envs
 from sglperf.upgrade.bisect import ReleaseRun, ReleaseUnusable
 
@@ -82,7 +82,7 @@ class ReleaseSessions:
         began = time.monotonic()
         try:
             try:
-                running = live.running(self.deployment, self.variant)
+                running = self._running(live, release)
             except (server.ServerStartError, server_info.LiveError, preflight.PreflightError, envs.EnvBuildError) as e:
                 raise ReleaseUnusable(_first_line(e)) from None
             if first:
@@ -99,6 +99,19 @@ class ReleaseSessions:
         self.progress(f"{self.key} on SGLang {release}: a session in {seconds:.0f} s")
         return ReleaseRun(release=release, started_at=started_at, seconds=seconds, samples=dict(samples))
 
+    def _running(self, live: LiveSession, release: str) -> RunningVariant:
+        """The release's server, started once more when its start fails: a release is called unusable for the
+        whole bisect on a failure that repeats, not on one of the moment (a port taken, a slow disk)."""
+        try:
+            return live.running(self.deployment, self.variant)
+        except server.ServerStartError as exc:
+            self.progress(
+                f"SGLang {release}: the server did not start ({_first_line(exc)[:300]}); starting it once more "
+                f"before calling {release} unusable"
+            )
+            live.forget_failure(self.deployment, self.variant)
+            return live.running(self.deployment, self.variant)
+
     def close(self) -> None:
         for live in self._lives.values():
             live.close()
@@ -106,5 +119,13 @@ class ReleaseSessions:
 
 
 def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__
+    """One line of why: the message's first, and where it ends with a server's log, the log's own error
+    line (SGLang's words: the last line naming an error or exception, else the last line)."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    head, tail = lines[0], lines[1:]
+    if head.endswith("ends with:") and tail:
+        errors = [line for line in tail if "error" in line.lower() or "exception" in line.lower()]
+        return f"{head} {(errors or tail)[-1][:300]}"
+    return head
