@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from sglperf.runtime.server import ServerStartError
-from sglperf.session.live_session import _release_config, _variant_config
+from sglperf.session.live_session import emulator_config_for
 
 GIVEN = {
     "decode_step_s": 0.004,
@@ -15,7 +17,7 @@ GIVEN = {
 
 
 def _for(version: str, variant: str) -> dict[str, object]:
-    return _variant_config(_release_config({**GIVEN}, version), variant)
+    return emulator_config_for(json.dumps(GIVEN), version, variant)
 
 
 def test_a_release_table_applies_to_that_release_only() -> None:
@@ -32,4 +34,4 @@ def test_a_variant_wins_over_its_release_and_a_release_variants_table_replaces_t
 @pytest.mark.parametrize("bad", [[1], {"0.5.22": 1.1}])
 def test_a_releases_table_of_the_wrong_shape_is_one_line(bad: object) -> None:
     with pytest.raises(ServerStartError, match='--emulator-config: "releases" must map SGLang versions to objects'):
-        _release_config({"releases": bad}, "0.5.22")
+        emulator_config_for(json.dumps({"releases": bad}), "0.5.22", "plain")
