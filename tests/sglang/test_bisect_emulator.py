@@ -24,6 +24,7 @@ from sglperf.history import open_store
 from sglperf.measure.samples import HostBusyError
 from sglperf.model.deployment_file import load
 from sglperf.model.variant_effect import EffectVerdict
+from sglperf.runtime import gpus
 from sglperf.session.release_sessions import ReleaseSessions
 from sglperf.session.running import LiveOptions
 from sglperf.upgrade import bisect
@@ -162,6 +163,8 @@ def test_a_planted_code_change_is_bisected_to_its_release_and_resumes_after_an_i
 def test_a_decode_graph_cap_moved_by_sglang_is_bisected_to_its_release_with_the_rule(
     tmp_path: Path, sglang_python: SglangPython, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # In this process the emulator gives itself the runner's GPUs through the environment: gone afterwards.
+    monkeypatch.delenv(gpus.SIMULATED_ENV, raising=False)
     for release in ("0.5.19", "0.5.20", "0.5.21"):
         sglang_python(release)
     monkeypatch.chdir(tmp_path)
@@ -200,11 +203,12 @@ def test_a_decode_graph_cap_moved_by_sglang_is_bisected_to_its_release_with_the_
 
 
 def test_a_release_whose_server_will_not_start_is_tried_twice_then_a_verdict(
-    tmp_path: Path, sglang_python: SglangPython
+    tmp_path: Path, sglang_python: SglangPython, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """0.5.23's emulator exits during start-up (``exit_during_startup`` planted for that release only): one
     failed start is not yet a verdict; the second is, with the server's own words, and the release is not
     measured."""
+    monkeypatch.setenv(gpus.SIMULATED_ENV, "1xNVIDIA L40S:48")  # the runner's GPUs, whatever ran before here
     python = sglang_python("0.5.23")
     deployment = load(_deployment(tmp_path, "1xl40s", "NVIDIA L40S", 48, 1))
     workload = deployment.workloads[0]
