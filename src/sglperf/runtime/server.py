@@ -181,7 +181,9 @@ class Server:
             except httpx.HTTPError as exc:  # not listening yet, or no answer in time
                 if last_answer.startswith("nothing answered"):
                     last_answer = f"nothing answered yet ({type(exc).__name__}: {exc})"[:300]
-                taken = port_taken_line(self.log_tail(), self.port)
+                # Refused: nothing listens on the port yet. Anything else may be another socket holding it
+                # (it accepts, never answers): only then is the log read for the server's bind failure.
+                taken = None if isinstance(exc, httpx.ConnectError) else port_taken_line(self.log_tail(), self.port)
                 if taken:
                     self.stop()
                     raise ServerStartError(
