@@ -9,7 +9,7 @@
 # Usage: ci/selftest.sh [extra pytest args...]   (-n 0: one test at a time; fast tier: .venv/bin/pytest tests/unit)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash ci/setup.sh 0.5.23 0.5.13 0.5.19 0.5.20
+bash ci/setup.sh 0.5.23 0.5.13 0.5.19 0.5.20 0.5.15 0.5.16
 # A PostgreSQL server for the history-store tests (they start their own cluster with its binaries): only
 # these tests need it, so the main job (ci/preflight.sh, through ci/setup.sh) does not install it.
 if ! command -v initdb >/dev/null && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then

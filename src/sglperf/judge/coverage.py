@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from sglperf.model.deployment import Deployment
+from sglperf.model.deployment import Deployment, Variant
 from sglperf.model.graph_coverage import (
     CapturedSizes,
     CoverageGap,
@@ -46,10 +46,12 @@ def _positive_int(fields: Mapping[str, Any], name: str) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
-def workload_batches(deployment: Deployment, fields: Mapping[str, Any]) -> list[WorkloadBatch]:
+def workload_batches(
+    deployment: Deployment, fields: Mapping[str, Any], variant: Variant | None = None
+) -> list[WorkloadBatch]:
     """The workloads' decode batches (`graph_needs`), capped by the server's ``max_running_requests`` as these
     effective args have it."""
-    return graph_needs(deployment).decode_batches(
+    return graph_needs(deployment, variant).decode_batches(
         _positive_int(fields, DECODE.MAX_RUNNING_FIELD), DECODE.MAX_RUNNING_FIELD
     )
 

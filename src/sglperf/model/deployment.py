@@ -19,6 +19,7 @@ from sglperf.model.deployment_fields import Deadline, EnvVars, FilePath, Flags, 
 from sglperf.model.intent_names import INTENT_NAMES, SPECULATIVE
 from sglperf.model.metrics import METRICS, with_inherited_floors
 from sglperf.model.runner_profile import RunnerProfile
+from sglperf.model.topology import Role, Topology, role_variant_id
 from sglperf.model.variant_effect import ExpectedEffect
 from sglperf.model.workload import Workload, measurement_key
 
@@ -108,6 +109,10 @@ class Variant(StrictTable):
     # (`sglperf.baselines.variant_effects`): workload id -> metric -> "lower", "higher" or "none" (nothing
     # beyond the floor). Not detected at the test's level, it fails that workload's effect item.
     expect_effect: dict[Slug, dict[str, ExpectedEffect]] = Field(default_factory=dict)
+    # Set by [topology], never by the file: the role this variant's servers play, and the variant it was made
+    # from ("plain" for "plain.prefill").
+    role: Slug | None = None
+    base: Slug | None = None
 
     @field_validator("expect_effect")
     @classmethod
@@ -161,6 +166,8 @@ class Deployment(StrictTable):
     # The variant every other is measured against in the same run (variant effects); default the first.
     reference_variant: Slug | None = None
     counterbalance: Counterbalance = Field(default_factory=Counterbalance)
+    # Several servers behind SGLang's router (sglperf.model.topology); None: one server per variant.
+    topology: Topology | None = None
 
     @field_validator("expect")
     @classmethod
@@ -169,6 +176,8 @@ class Deployment(StrictTable):
 
     @model_validator(mode="after")
     def _consistent(self) -> Deployment:
+        if self.topology is not None and any(v.role is None for v in self.variants):
+            self._expand_roles(self.topology)
         seen: set[str] = set()
         for i, variant in enumerate(self.variants):
             if variant.id in seen:
@@ -188,11 +197,41 @@ class Deployment(StrictTable):
                     ) from None
         self._check_workload_ids()
         self._check_effects()
+        fit = self.topology.fit_problems(self.runner, self.launch.tp_size) if self.topology else []
+        if fit:
+            raise ValueError("; ".join(f"topology.{line}" if line.startswith("roles") else line for line in fit))
         if self.runner.is_cpu and self.launch.tp_size != 1:
             raise ValueError(f"launch.tp_size: a CPU runner serves with tp_size 1, not {self.launch.tp_size}")
         if not self.runner.is_cpu and self.launch.tp_size > self.runner.gpu_count:
             raise ValueError(f"launch.tp_size: {self.launch.tp_size} exceeds runner.gpu_count {self.runner.gpu_count}")
         return self
+
+    def _expand_roles(self, topology: Topology) -> None:
+        """One variant per variant and role ("plain.prefill"): each role is resolved and judged on its own
+        flags; only the entry role's variant carries measurements and expected effects (taken through the
+        router)."""
+        for i, variant in enumerate(self.variants):
+            if variant.role is not None or variant.base is not None:
+                raise ValueError(f"variants[{i}]: role and base are set by [topology], not by the file")
+        entry = topology.entry_role.name
+        expanded = [
+            variant.model_copy(
+                update={
+                    "id": role_variant_id(variant.id, role.name),
+                    "flags": [*variant.flags, *role.flags],
+                    "role": role.name,
+                    "base": variant.id,
+                    "expect_effect": variant.expect_effect if role.name == entry else {},
+                }
+            )
+            for variant in self.variants
+            for role in topology.roles
+        ]
+        reference = self.reference_variant and role_variant_id(self.reference_variant, entry)
+        # The model is frozen: the expansion is part of its validation, done once, before anything reads it.
+        object.__setattr__(self, "variants", expanded)
+        if self.reference_variant is not None:
+            object.__setattr__(self, "reference_variant", reference)
 
     def _check_workload_ids(self) -> None:
         """One id, one workload: its id keys its test ids, results files and baseline entries, so two with one id
@@ -273,6 +312,26 @@ class Deployment(StrictTable):
         del flags[at : at + 2]
         return self.model_copy(update={"launch": self.launch.model_copy(update={"extra_flags": flags})})
 
+    def role_of(self, variant: Variant) -> Role | None:
+        """The role this variant's servers play in the topology; None without one."""
+        if self.topology is None or variant.role is None:
+            return None
+        return self.topology.role(variant.role)
+
+    def tp_size_for(self, variant: Variant) -> int:
+        role = self.role_of(variant)
+        return (role.tp_size if role else None) or self.launch.tp_size
+
+    def decode_workers(self, variant: Variant) -> int:
+        """How many schedulers share a workload's decode batch on this variant's servers (1: one server)."""
+        role = self.role_of(variant)
+        return self.topology.decode_workers(role) if self.topology and role else 1
+
+    def measures(self, variant: Variant) -> bool:
+        """Whether this variant's items measure workloads: every variant of a single-server deployment; in a
+        topology, the entry role's (its workloads go through the router to every role)."""
+        return self.topology is None or variant.role == self.topology.entry_role.name
+
     def variant(self, variant_id: str) -> Variant:
         for v in self.variants:
             if v.id == variant_id:
@@ -294,7 +353,8 @@ class Deployment(StrictTable):
 
     def expectations_for(self, variant: Variant) -> dict[str, Any]:
         """Every intent this variant is checked on: shared, then variant, then what it requests."""
-        expected: dict[str, Any] = {**self.expect, **variant.expect, **variant.request}
+        role = self.role_of(variant)
+        expected: dict[str, Any] = {**self.expect, **(role.expect if role else {}), **variant.expect, **variant.request}
         spec = self.speculative_for(variant)
         if spec is not None:
             expected[SPECULATIVE] = spec

@@ -20,9 +20,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from sglperf.model.deployment import Deployment
+from sglperf.model.deployment import Deployment, Variant
 from sglperf.model.prompts import Prompt, PromptError, load_prompts
 from sglperf.model.resolution import Write
+from sglperf.model.topology import batch_per_worker
 from sglperf.model.workload import LoadPoint, RandomPrompts, SharedPrefixPrompts, Workload
 
 
@@ -56,6 +57,13 @@ class WorkloadBatch:
         return f"{self.workload} at {self.load}" + (
             f" (batch {self.batch}: {self.bounded_by})" if self.bounded_by else ""
         )
+
+    def shared(self, workers: int) -> WorkloadBatch:
+        """This batch as one of ``workers`` schedulers behind a balanced router runs it."""
+        if workers <= 1:
+            return self
+        each = batch_per_worker(self.batch, workers)
+        return replace(self, batch=each, bounded_by=f"{self.batch} in flight over {workers} workers")
 
     def capped(self, max_running: int | None, field: str = "") -> WorkloadBatch:
         """This batch capped by the server's most running requests where that is known (``field``: the
@@ -167,8 +175,10 @@ class GraphNeeds:
         return max(n.tokens for n in self.prefills)
 
 
-def graph_needs(deployment: Deployment) -> GraphNeeds:
-    """What every workload of ``deployment`` asks of the graphs."""
+def graph_needs(deployment: Deployment, variant: Variant | None = None) -> GraphNeeds:
+    """What every workload of ``deployment`` asks of the graphs of one server of ``variant``: in a topology, a
+    replica's (or a decode server's) share of the batch the router spreads over the role's workers."""
+    workers = deployment.decode_workers(variant) if variant is not None else 1
     batches: list[WorkloadBatch] = []
     prefills: list[WorkloadPrefill] = []
     for workload in deployment.workloads:
@@ -177,7 +187,9 @@ def graph_needs(deployment: Deployment) -> GraphNeeds:
             count: int | None = workload.prompts_used(workload.synthetic.prompt_count())
         else:
             count = len(prompts) if prompts else None
-        batches += [b for load in workload.load_points() if (b := load_batch(workload, load, count)) is not None]
+        batches += [
+            b.shared(workers) for load in workload.load_points() if (b := load_batch(workload, load, count)) is not None
+        ]
         if (prefill := _workload_prefill(workload, prompts)) is not None:
             prefills.append(prefill)
     return GraphNeeds(tuple(batches), tuple(prefills))

@@ -20,8 +20,20 @@ GPU_MEASUREMENT_FIELDS = ("sm_count", "max_gpu_throttle", "gpu_ignore_processes"
 # Runner fields about measuring, not about what preflight simulates: kept out of the probe profile, so
 # tuning them leaves cached resolutions valid.
 MEASUREMENT_ONLY_FIELDS = frozenset(
-    {"memory_bandwidth_gbs", "max_host_load", "thresholds", "max_gpu_throttle", "gpu_ignore_processes", "gpu_telemetry"}
+    {
+        "memory_bandwidth_gbs",
+        "max_host_load",
+        "thresholds",
+        "max_gpu_throttle",
+        "gpu_ignore_processes",
+        "gpu_telemetry",
+        "nodes",
+        "launcher",
+    }
 )
+# How a deployment's servers are started: processes on this machine, or one Slurm job step each in one
+# allocation (sglperf.runtime.slurm), torn down as a whole.
+Launcher = Literal["local", "slurm"]
 
 
 class RunnerProfile(StrictTable):
@@ -53,6 +65,9 @@ class RunnerProfile(StrictTable):
     # workload's own thresholds win): how far timings move between two unchanged runs is the
     # machine's property, not the workload's.
     thresholds: dict[str, float] = Field(default_factory=dict, description="relative regression floors per metric")
+    # Machines in the pool, each with gpu_count GPUs, for a [topology] over several (None: 1).
+    nodes: int | None = Field(default=None, ge=1, le=1024)
+    launcher: Launcher = "local"
     # CPU runners only; None means "sgl-kernel" (kept out of the probe profile, so older caches stay valid).
     cpu_kernel: CpuKernel | None = None
 

@@ -88,7 +88,7 @@ def judge_variant(resolved: ResolvedVariant, parser: ParserInfo) -> VariantCheck
             verdict = coverage.judge_coverage(
                 verdict,
                 coverage.captured_in_args(args),
-                coverage.workload_batches(deployment, args.fields),
+                coverage.workload_batches(deployment, args.fields, variant),
                 how_to_raise=_coverage_hint(deployment, variant, parser, DECODE_GRAPH.own_size_flags(own)),
             )
         if name == PREFILL_CUDA_GRAPH and args is not None:
@@ -105,7 +105,7 @@ def judge_variant(resolved: ResolvedVariant, parser: ParserInfo) -> VariantCheck
 
 def _coverage_hint(deployment: Deployment, variant: Variant, parser: ParserInfo, own_flags: str) -> str:
     """How to have the decode graph captured up to the workloads' batch on this release."""
-    need = graph_needs(deployment).largest_in_flight()
+    need = graph_needs(deployment, variant).largest_in_flight()
     if need is None:
         return ""
     try:

@@ -32,6 +32,26 @@ MODEL_PATH_FLAG = "--model-path"
 TP_FLAG = "--tp-size"
 LOAD_FORMAT_FLAG = "--load-format"  # "dummy": random weights, for runners without the checkpoint
 HOST_FLAG, PORT_FLAG, API_KEY_FLAG = "--host", "--port", "--api-key"
+# A server's part in a [topology] (sglperf.model.topology), spelled by its role, never by a user's flags.
+DISAGGREGATION_MODE_FLAG, DP_SIZE_FLAG = "--disaggregation-mode", "--dp-size"
+NODE_RANK_FLAG, NNODES_FLAG, DIST_INIT_FLAG = "--node-rank", "--nnodes", "--dist-init-addr"
+BOOTSTRAP_PORT_FLAG = "--disaggregation-bootstrap-port"
+# Flags the launcher sets for each process (its address, its rank among the nodes, its rendezvous): one a
+# user wrote would be overridden or, worse, make every rank claim the same address. Why, in a word each.
+LAUNCHER_OWNED = {
+    HOST_FLAG: "sglperf binds every server to the address it reaches it at",
+    PORT_FLAG: "sglperf picks a free port for every server",
+    NODE_RANK_FLAG: "each rank's is set by the launcher from [topology]",
+    NNODES_FLAG: "set from the role's nodes in [topology]",
+    DIST_INIT_FLAG: "the launcher picks each instance's rendezvous address",
+    "--nccl-init-addr": "the launcher picks each instance's rendezvous address (--dist-init-addr)",
+    BOOTSTRAP_PORT_FLAG: "the launcher picks each prefill server's bootstrap port",
+}
+# Owned only where a [topology] gives the servers their roles.
+ROLE_OWNED = {
+    DISAGGREGATION_MODE_FLAG: "set by the role's kind in [topology]",
+    DP_SIZE_FLAG: "set by the role's dp_size in [topology]",
+}
 SKIP_TOKENIZER_FLAG = "--skip-tokenizer-init"  # preflight has config.json only, no tokenizer files
 KV_POOL_CAP_FLAG = "--max-total-tokens"  # the KV pool in tokens; left out, SGLang sizes it from free memory
 # In a deployment's flags, the model folder being served (preflight: the folder of its config.json), for
@@ -62,12 +82,21 @@ class LaunchPlan:
         return f"{env} {cmd}".strip()
 
 
-def check_flags(argv: list[str], parser: ParserInfo, where: str, architectures: tuple[str, ...] = ()) -> list[str]:
-    """Raise FlagError for flags this release rejects; return warnings for deprecated ones."""
+def check_flags(
+    argv: list[str],
+    parser: ParserInfo,
+    where: str,
+    architectures: tuple[str, ...] = (),
+    owned: dict[str, str] = LAUNCHER_OWNED,
+) -> list[str]:
+    """Raise FlagError for flags this release rejects or the launcher owns; return warnings for deprecated
+    ones."""
     warnings = []
     for option in ParsedArgv(argv, parser):
         if not option.known:
             raise FlagError(_unknown_flag_message(option.written, parser, where, architectures))
+        if option.name in owned:
+            raise FlagError(f"{where}: {option.written} is not yours to set: {owned[option.name]}; remove it")
         if parser.options[option.name].deprecated:
             instead = replacement(option.name, parser, architectures=architectures)
             hint = f"; use {instead.spelled}" if instead else ""
@@ -115,7 +144,8 @@ def launch_plan(
     ``on_runner``: a draft model is its ``served_path`` (a server's launch), else the folder of its
     config.json (preflight, like ``model_path``)."""
     where = f"{deployment.path} variant {variant.id!r}"
-    argv = [MODEL_PATH_FLAG, model_path, TP_FLAG, str(deployment.launch.tp_size)]
+    argv = [MODEL_PATH_FLAG, model_path, TP_FLAG, str(deployment.tp_size_for(variant))]
+    owned = {**LAUNCHER_OWNED, **(ROLE_OWNED if deployment.topology else {})}
     env = dict(deployment.launch.env)
     # Each part checked where it is written: a flag of [launch] (or of a rule of it) is the deployment's,
     # said in the same words for every variant (so a report says it once), not the variant's.
@@ -130,9 +160,10 @@ def launch_plan(
     warnings: list[str] = []
     for written_at, written in parts:
         flags = [token.replace(MODEL_PATH_PLACEHOLDER, model_path) for token in written]
-        warnings += check_flags(flags, parser, written_at, architectures)
+        warnings += check_flags(flags, parser, written_at, architectures, owned)
         raw += flags
     argv += raw
+    argv += role_flags(deployment, variant, parser, where)
 
     requested: dict[str, object] = dict(variant.request)
     spec = deployment.speculative_for(variant)
@@ -148,19 +179,34 @@ def launch_plan(
     if spec is not None and spec.draft_model is not None:
         argv += [SPECULATIVE_SETTINGS.DRAFT_MODEL_FLAG, _draft_path(deployment, spec.draft_model, on_runner, where)]
     if requested.get(DECODE_CUDA_GRAPH) is True:
-        argv += _decode_coverage_flags(deployment, raw, parser, where)
+        argv += _decode_coverage_flags(deployment, variant, raw, parser, where)
     if requested.get(PREFILL_CUDA_GRAPH) is True:
         argv += _prefill_coverage_flags(deployment, raw, parser, where)
     argv = merge_model_overrides(argv, where)
     return LaunchPlan(deployment.key, variant.id, parser.version, tuple(argv), env, tuple(warnings))
 
 
-def _decode_coverage_flags(deployment: Deployment, raw: list[str], parser: ParserInfo, where: str) -> list[str]:
+def role_flags(deployment: Deployment, variant: Variant, parser: ParserInfo, where: str) -> list[str]:
+    """What the variant's role in the topology adds: its disaggregation mode and data-parallel size."""
+    role = deployment.role_of(variant)
+    if role is None:
+        return []
+    argv = [DISAGGREGATION_MODE_FLAG, role.kind] if role.kind != "replica" else []
+    argv += [DP_SIZE_FLAG, str(role.dp_size)] if role.dp_size > 1 else []
+    for option in ParsedArgv(argv, parser):
+        if not option.known:
+            raise FlagError(f"{where}: role {role.name!r} needs {option.written}, which SGLang {parser.version} lacks")
+    return argv
+
+
+def _decode_coverage_flags(
+    deployment: Deployment, variant: Variant, raw: list[str], parser: ParserInfo, where: str
+) -> list[str]:
     """A request for the decode graph asks for it on and captured up to the most requests any workload
     keeps in flight; nothing when the variant's own flags already fix the sizes (theirs win) or no
     workload bounds its batch."""
     decode = DECODE_GRAPH
-    need = graph_needs(deployment).largest_in_flight()
+    need = graph_needs(deployment, variant).largest_in_flight()
     if need is None or decode.own_size_flags(ParsedArgv(raw, parser)):
         return []
     try:

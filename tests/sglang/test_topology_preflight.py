@@ -1,0 +1,110 @@
+"""A disaggregated deployment's roles resolved by SGLang's own code (issue 56): 0.5.15 -> 0.5.16 on an L40S pool.
+
+SGLang 0.5.15 turned every CUDA graph off on a prefill server (pd_disaggregation_hook.py sets the global
+disable_cuda_graph); 0.5.16 replaced that with a role rule that disables only the decode graph there, so the
+prefill server's prefill graph went from off to on with no flag changed. The decode servers lost their prefill
+graph in the same release. Each role is its own variant ("defaults.prefill"), resolved with its role's flags.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from ..support.project import ROOT, SGLPERF, SglangPython
+
+LLAMA = ROOT / "tests" / "data" / "hf-configs" / "Llama-3.1-8B-Instruct" / "config.json"
+PD_DEPLOYMENT = f"""\
+[model]
+key = "llama-3.1-8b-instruct"
+served_path = "/models/llama-3.1-8b-instruct"
+config = "{LLAMA}"
+
+[runner]
+name = "l40s-pool"
+gpu_count = 2
+gpu_name = "NVIDIA L40S"
+compute_capability = "8.9"
+memory_gib = 48
+nodes = 2
+
+[launch]
+tp_size = 1
+
+[topology]
+roles = [
+  {{ name = "prefill", kind = "prefill", instances = 1, expect = {{ prefill_cuda_graph = true }} }},
+  {{ name = "decode", kind = "decode", instances = 2 }},
+]
+
+[[variants]]
+id = "defaults"
+
+[[workloads]]
+id = "decode-chat"
+prompts = "{ROOT / "data" / "prompts" / "chat.jsonl"}"
+output_len = 32
+concurrency = [32]
+"""
+
+
+def _upgrade_check(folder: Path, *extra: str) -> list[str]:
+    path = folder / "pd.toml"
+    path.write_text(PD_DEPLOYMENT)
+    proc = subprocess.run(
+        [SGLPERF, "upgrade-check", str(path), "--from", "0.5.15", "--to", "0.5.16", *extra],
+        capture_output=True,
+        text=True,
+        cwd=folder,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout.splitlines()
+
+
+def test_the_prefill_roles_prefill_graph_turns_on_at_0_5_16_by_the_role_rule(
+    sglang_python: SglangPython, tmp_path: Path
+) -> None:
+    sglang_python("0.5.15"), sglang_python("0.5.16")
+    lines = _upgrade_check(tmp_path)
+    intent = next(ln for ln in lines if "pd/defaults.prefill" in ln and "prefill_cuda_graph" in ln)
+    assert "fail->pass" in intent, intent
+    # The field under the intent, with SGLang's rule on each side: 0.5.15's global switch from the PD hook.
+    at = lines.index("  pd/defaults.prefill:")
+    block = lines[at : at + 12]
+    assert "    cuda_graph_config.prefill.backend: 'disabled' -> 'breakable'" in block, block
+    assert any("handle_pd_disaggregation (pd_disaggregation_hook.py:77)" in ln for ln in block), block
+    # The decode role, resolved with --disaggregation-mode decode, lost its prefill graph by the new role rule.
+    at = lines.index("  pd/defaults.decode:")
+    block = lines[at : at + 6]
+    assert "    cuda_graph_config.prefill.backend: 'breakable' -> 'disabled'" in block, block
+    assert any("_apply_cuda_graph_disaggregation_roles" in ln for ln in block), block
+
+
+def test_the_walk_names_0_5_16_for_the_prefill_role(sglang_python: SglangPython, tmp_path: Path) -> None:
+    sglang_python("0.5.15"), sglang_python("0.5.16")
+    lines = _upgrade_check(tmp_path, "--walk")
+    assert "Releases walked: 0.5.15 -> 0.5.16" in lines, lines
+    moved = [ln for ln in lines if "0.5.16: cuda_graph_config.prefill.backend: 'disabled' -> 'breakable'" in ln]
+    assert moved, "\n".join(lines)
+
+
+def test_each_role_is_spelled_with_its_own_flags(sglang_python: SglangPython, tmp_path: Path) -> None:
+    """The role's mode is in its argv, written by sglperf; a user's --disaggregation-mode or --port is refused."""
+    path = tmp_path / "pd.toml"
+    path.write_text(PD_DEPLOYMENT)
+    proc = subprocess.run(
+        [SGLPERF, "explain", str(path), "--sglang-version", "0.5.16"], capture_output=True, text=True, timeout=900
+    )
+    assert proc.returncode == 0, proc.stderr
+    argv = [ln for ln in proc.stdout.splitlines() if ln.startswith("  argv:")]
+    assert any("--disaggregation-mode prefill" in ln for ln in argv) and any(
+        "--disaggregation-mode decode" in ln for ln in argv
+    ), argv
+    for flag, why in (("--disaggregation-mode", "set by the role's kind"), ("--port", "picks a free port")):
+        path.write_text(PD_DEPLOYMENT.replace('id = "defaults"', f'id = "defaults"\nflags = ["{flag}", "1"]'))
+        proc = subprocess.run(
+            [SGLPERF, "preflight", str(path), "--sglang-version", "0.5.16"], capture_output=True, text=True, timeout=900
+        )
+        assert proc.returncode != 0
+        assert f"{flag} is not yours to set: " in proc.stdout + proc.stderr and why in proc.stdout + proc.stderr
