@@ -57,14 +57,14 @@ def workload_batches(
 
 
 def measured_batch(
-    workload: Workload, load: LoadPoint, prompts: int, fields: Mapping[str, Any]
+    workload: Workload, load: LoadPoint, prompts: int, fields: Mapping[str, Any], workers: int = 1
 ) -> WorkloadBatch | None:
     """The decode batch one load point's rounds run over ``prompts`` prompts (`load_batch`: what preflight's
     coverage holds the graph against), capped by ``max_running_requests`` as these effective args have it;
     None for an open loop without a cap."""
     batch = load_batch(workload, load, prompts)
     field = DECODE.MAX_RUNNING_FIELD
-    return None if batch is None else batch.capped(_positive_int(fields, field), field)
+    return None if batch is None else batch.shared(workers).capped(_positive_int(fields, field), field)
 
 
 def prefill_needs(deployment: Deployment, fields: Mapping[str, Any]) -> list[WorkloadPrefill]:

@@ -200,6 +200,7 @@ class _Session:
         timeout_s: float,
         chunk_timeout_s: float,
         model: str,
+        workers: Sequence[str] = (),
     ) -> None:
         self.base_url, self.workload, self.model = base_url, workload, model
         self.timeout_s, self.chunk_timeout_s = timeout_s, chunk_timeout_s
@@ -214,9 +215,15 @@ class _Session:
         # Control requests only (flush, server info); generation goes through `transport`. No proxy
         # from the environment, as there: it would sit between the meter and the server.
         self.http = httpx.AsyncClient(base_url=base_url, headers=self.headers, timeout=30.0, trust_env=False)
+        # Behind a router, each worker is flushed and asked at itself: the router's own /get_server_info is its
+        # summary, not a worker's (sglperf.runtime.router).
+        self.controls = [
+            httpx.AsyncClient(base_url=w, headers=self.headers, timeout=30.0, trust_env=False) for w in workers
+        ] or [self.http]
 
     async def close(self) -> None:
-        await self.http.aclose()
+        for http in {id(c): c for c in [self.http, *self.controls]}.values():
+            await http.aclose()
 
     def context(self, prompt: Prompt, request_id: str, repeat: int) -> RequestContext:
         url = self.base_url + GENERATE_PATHS[self.workload.api]
@@ -299,28 +306,43 @@ class _Session:
         return {**common, "prompt": prompt.text, "logprobs": 0}
 
     async def flush_cache(self) -> None:
+        """Every worker's cache (the one server's, without a router), each answer checked."""
+        for http in self.controls:
+            await self._flush(http)
+
+    async def _flush(self, http: httpx.AsyncClient) -> None:
         # SGLang answers 400 while its scheduler has not yet retired a request whose stream already ended
         # ("Cache not flushed because there are pending requests", seen with speculative decoding on a
         # real CPU server right after a round): ask again for a moment before calling it a failure.
         for attempt in range(FLUSH_ATTEMPTS):
             try:
-                response = await asyncio.wait_for(self.http.post(FLUSH_CACHE_PATH), CONTROL_DEADLINE_S)
+                response = await asyncio.wait_for(http.post(FLUSH_CACHE_PATH), CONTROL_DEADLINE_S)
             except TimeoutError:
-                raise MeterError(f"{self.base_url}{FLUSH_CACHE_PATH}: {_NO_ANSWER}") from None
+                raise MeterError(f"{http.base_url}{FLUSH_CACHE_PATH}: {_NO_ANSWER}") from None
             except httpx.HTTPError as exc:
-                raise MeterError(f"{self.base_url}{FLUSH_CACHE_PATH}: {type(exc).__name__}: {exc}") from None
+                raise MeterError(f"{http.base_url}{FLUSH_CACHE_PATH}: {type(exc).__name__}: {exc}") from None
             if response.status_code != 400 or attempt == FLUSH_ATTEMPTS - 1:
                 break
             await asyncio.sleep(FLUSH_RETRY_S)
         if response.status_code != 200:
-            raise MeterError(f"{self.base_url}{FLUSH_CACHE_PATH}: HTTP {response.status_code}: {response.text[:300]}")
+            raise MeterError(f"{http.base_url}{FLUSH_CACHE_PATH}: HTTP {response.status_code}: {response.text[:300]}")
 
     async def server_accept_length(self) -> tuple[float | None, str | None]:
-        """Mean over DP ranks of internal_states[..].avg_spec_accept_length, or (None, why)."""
+        """Mean over DP ranks (and workers, behind a router) of internal_states[..].avg_spec_accept_length, or
+        (None, why)."""
+        values = []
+        for http in self.controls:
+            value, why = await self._accept_length(http)
+            if value is None:
+                return None, why if len(self.controls) == 1 else f"{http.base_url}: {why}"
+            values.append(value)
+        return sum(values) / len(values), None
+
+    async def _accept_length(self, http: httpx.AsyncClient) -> tuple[float | None, str | None]:
         info = None
         for path in SERVER_INFO_PATHS:
             try:
-                response = await asyncio.wait_for(self.http.get(path), CONTROL_DEADLINE_S)
+                response = await asyncio.wait_for(http.get(path), CONTROL_DEADLINE_S)
             except TimeoutError:
                 return None, f"{path}: {_NO_ANSWER}"
             except httpx.HTTPError as exc:
@@ -333,7 +355,7 @@ class _Session:
                 break
         if not isinstance(info, dict):
             return None, f"none of {', '.join(SERVER_INFO_PATHS)} answered with a JSON object"
-        value = ServerFacts.from_server_info(self.base_url, info, {}, NOT_ARGS).avg_spec_accept_length
+        value = ServerFacts.from_server_info(str(http.base_url), info, {}, NOT_ARGS).avg_spec_accept_length
         if value is None:
             return None, "server_info has no internal_states[..].avg_spec_accept_length (speculative decoding off?)"
         return value, None
@@ -413,6 +435,7 @@ async def run_workload(
     marks: RoundMarks | None = None,
     metrics: MetricsWatch | None = None,
     gpu: GpuGuard | None = None,
+    workers: Sequence[str] = (),
 ) -> WorkloadResult:
     """Warm up, then up to ``workload.repeats`` rounds of the load point's plan (`round_plan`): closed loop,
     ``concurrency`` in flight, the prompts cycled as needed; open loop, the round's requests on their
@@ -423,7 +446,8 @@ async def run_workload(
     result so far after each round (without the server's acceptance, read once at the end) and
     stops the loop by returning True; without it every round runs. ``host`` and ``gpu``: see the module
     docstring; ``marks``: see :class:`RoundMarks`; ``metrics``: read the server's ``/metrics`` around every round
-    (`sglperf.measure.server_scrape`).
+    (`sglperf.measure.server_scrape`); ``workers``: the servers behind the router at ``base_url``, whose caches
+    are flushed and acceptance read at each of them.
     """
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
@@ -432,7 +456,7 @@ async def run_workload(
     sends = _open_loop_sends(workload, len(items))
     plan = round_plan(workload, len(items), concurrency)
     started = time.perf_counter()
-    session = _Session(base_url, workload, api_key, timeout_s, chunk_timeout_s, model)
+    session = _Session(base_url, workload, api_key, timeout_s, chunk_timeout_s, model, workers)
     limit = asyncio.Semaphore(concurrency)
     scraper = RoundScraper(session.http, metrics, CONTROL_DEADLINE_S) if metrics is not None else None
 
@@ -679,6 +703,7 @@ def measure(
     marks: RoundMarks | None = None,
     metrics: MetricsWatch | None = None,
     gpu: GpuGuard | None = None,
+    workers: Sequence[str] = (),
 ) -> WorkloadResult:
     """Synchronous :func:`run_workload` (runs its own event loop)."""
     with _ctrl_c_at_once():
@@ -697,6 +722,7 @@ def measure(
                 marks=marks,
                 metrics=metrics,
                 gpu=gpu,
+                workers=workers,
             )
         )
 

@@ -95,11 +95,11 @@ class Topology(StrictTable):
         a replica or decode role; a prefill server runs no decode batch (1: the batch as sent)."""
         return role.workers() if role.kind in ("replica", "decode") else 1
 
-    def describe(self) -> str:
+    def describe(self, launch_tp: int) -> str:
         """One line, e.g. "2 x replica (tp 1)" or "1 x prefill (tp 2) + 2 x decode (tp 1, dp 2)"."""
         parts = []
         for role in self.roles:
-            shape = f"tp {role.tp_size}" if role.tp_size else "tp launch"
+            shape = f"tp {role.tp_size or launch_tp}"
             shape += f", dp {role.dp_size}" if role.dp_size > 1 else ""
             shape += f", {role.nodes} nodes" if role.nodes > 1 else ""
             parts.append(f"{role.instances} x {role.name} ({shape})")

@@ -62,8 +62,10 @@ def _skip(reason: str) -> BaseException:
 class DeploymentFile(pytest.File):
     def collect(self) -> Iterator[pytest.Collector]:
         deployment = load(self.path)
-        for variant in deployment.variants:
-            yield VariantNode.from_parent(self, name=variant.id, deployment=deployment)
+        # A [topology]'s role variants ("plain.prefill") are collected under their variant: one node, so that
+        # --dist loadscope keeps them on one worker, which starts the topology once.
+        for name in dict.fromkeys(v.base or v.id for v in deployment.variants):
+            yield VariantNode.from_parent(self, name=name, deployment=deployment)
         if any(v.expect_effect for v in deployment.variants):
             yield EffectsNode.from_parent(self, name=EFFECTS_NODE, deployment=deployment)
 
@@ -81,7 +83,12 @@ class VariantNode(pytest.Collector):
         self.deployment = deployment
 
     def collect(self) -> Iterator[pytest.Item]:
-        d, variant = self.deployment, self.deployment.variant(self.name)
+        for variant in self.deployment.variants:
+            if (variant.base or variant.id) == self.name:
+                yield from self._variant_items(variant)
+
+    def _variant_items(self, variant: Variant) -> Iterator[pytest.Item]:
+        d = self.deployment
         expectations = d.expectations_for(variant)
         for intent in expectations:
             yield PreflightItem.from_parent(
@@ -94,7 +101,7 @@ class VariantNode(pytest.Collector):
         yield LiveVsPreflightItem.from_parent(
             self, name=f"{d.key}-{variant.id}-live-vs-preflight", deployment=d, variant_id=variant.id, intent=""
         )
-        for workload in d.workloads:
+        for workload in d.workloads if d.measures(variant) else ():
             for point in workload.load_points():
                 yield MeasureItem.from_parent(
                     self,

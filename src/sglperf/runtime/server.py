@@ -56,10 +56,14 @@ class ServerSpec:
     startup_timeout_s: float = 1800.0
     api_key: str | None = None
     emulated: bool = False
+    launch_module: str | None = None  # another server than SGLang's or the emulator (SGLang's router)
+    health_paths: tuple[str, ...] = HEALTH_PATHS  # the first answering 404 gives way to the next
+    # What runs the command (a Slurm step's srun, sglperf.runtime.slurm); empty: a child of this process.
+    prefix: tuple[str, ...] = ()
 
     @property
     def module(self) -> str:
-        return EMULATOR_MODULE if self.emulated else LAUNCH_MODULE
+        return self.launch_module or (EMULATOR_MODULE if self.emulated else LAUNCH_MODULE)
 
 
 @dataclass(frozen=True)
@@ -107,7 +111,7 @@ class Server:
         argv = [*spec.argv, HOST_FLAG, HOST, PORT_FLAG, str(self.port)]
         if spec.api_key:
             argv += [API_KEY_FLAG, spec.api_key]
-        self.command = (spec.python, "-m", spec.module, *argv)
+        self.command = (*spec.prefix, spec.python, "-m", spec.module, *argv)
         env = {**os.environ, **spec.env}
         if cuda_visible_devices is not None:
             env["CUDA_VISIBLE_DEVICES"] = cuda_visible_devices
@@ -155,7 +159,7 @@ class Server:
         """Block until a health endpoint answers 200; returns the startup time in seconds."""
         deadline = self.started_at + self.spec.startup_timeout_s
         last_progress = last_ledger = self.started_at
-        paths = list(HEALTH_PATHS)
+        paths = list(self.spec.health_paths)
         last_answer = "nothing answered yet"
         while True:
             self._remember(_tree(self.proc.pid))

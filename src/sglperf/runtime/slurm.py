@@ -37,6 +37,9 @@ WATCH_INTERVAL_S = 0.5
 _JOB_ID = re.compile(r"job allocation (\d+)")
 _GRANTED = re.compile(r"Granted job allocation (\d+)")
 _NO_CONTROLLER = "Unable to contact slurm controller"
+# What salloc says when --immediate runs out: either the job was queued (then relinquished), or the
+# controller saw at once that the CPUs are held by other jobs.
+_BUSY = ("Requested nodes are busy", "Connection timed out")
 # What scancel says of a job that has already ended: nothing left to cancel, so not a failure.
 _ALREADY_ENDED = ("Invalid job id", "already completing or completed")
 # Job states squeue can list for a job that holds no running steps any more.
@@ -211,7 +214,7 @@ class SlurmAllocation:
         reason = _reason(output, child.returncode)
         if _NO_CONTROLLER in output:
             raise SlurmError(f"salloc could not reach the Slurm controller for {what} ({reason}): start slurmctld")
-        if queued and not granted:
+        if queued or any(text in output for text in _BUSY):
             raise SlurmError(
                 f"Slurm did not grant {what} within {immediate} s ({reason}): "
                 "free the CPUs other jobs hold (`squeue`) or wait longer"

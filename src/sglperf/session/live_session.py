@@ -11,7 +11,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from sglperf.model.workload import LoadPoint, Workload, measurement_key
 from sglperf.results import folder as results_folder
 from sglperf.runtime import gpus, server, server_info
 from sglperf.runtime.attach import AttachedServer, AttachError, DeclaredGpus, attached_profile_problems, read_attached
+from sglperf.session import topology
 from sglperf.session.capacity_search import CapacityReport, CapacitySearch
 from sglperf.session.handles import ServerHandle, VariantRef
 from sglperf.session.measurement import Measurement
@@ -64,6 +65,10 @@ class LiveSession:
         self._allocator: gpus.GpuAllocator | None = None
         self.launches = 0  # servers this session started (attached ones are not)
         self._attached_to: tuple[str, str] | None = None
+        # A [topology]'s servers, started once for all of a variant's roles: (deployment, variant) -> them.
+        self._routed: topology.RoutedServers | None = None
+        self._routed_key: tuple[str, str] | None = None
+        self._planned_roles: dict[str, _PlannedServer] = {}
         self.capacity_search = CapacitySearch()
         self.measured: dict[str, MeasurementRecord] = {}  # by measurement key, this process's
         # The clock an emulator's drift runs on: the run's (every xdist worker's alike), else this session's.
@@ -119,6 +124,8 @@ class LiveSession:
         if self.options.attach_url:
             self.current = self._attach(deployment, variant)
             return self.current
+        if deployment.topology is not None:
+            return self._running_topology(deployment, variant)
         self.stop()
         reason = self.skip_reason(deployment)
         if reason:
@@ -129,6 +136,32 @@ class LiveSession:
         except (server.ServerStartError, server_info.LiveError, TimeoutError) as exc:
             self._failures[key] = str(exc)
             raise server.ServerStartError(str(exc)) from None
+        return self.current
+
+    def _running_topology(self, deployment: Deployment, variant: Variant) -> RunningVariant:
+        """A role variant's view of its topology, started once for all roles of the same variant."""
+        whole = (deployment_key(deployment), variant.base or variant.id)
+        key = (whole[0], variant.id)
+        if whole in self._failures:
+            raise server.ServerStartError(self._failures[whole])
+        if self._routed is None or self._routed_key != whole:
+            self.stop()
+            reason = self.skip_reason(deployment)
+            if reason:
+                raise LiveSkip(reason)
+            try:
+                self._routed = self._start_topology(deployment, variant)
+            except (server.ServerStartError, server_info.LiveError, TimeoutError) as exc:
+                self._failures[whole] = str(exc)
+                raise server.ServerStartError(str(exc)) from None
+            self._routed_key = whole
+            self.launches += 1
+        if gone := self._routed.failure():
+            self._failures[whole] = gone
+            self.stop()
+            raise server.ServerStartError(gone)
+        if self.current is None or self.current.key != key:
+            self.current = self._role_view(deployment, variant, self._routed)
         return self.current
 
     def _model_path(self, deployment: Deployment) -> str:
@@ -156,24 +189,19 @@ class LiveSession:
             f"variable that is not set; set it or pass --model-path"
         )
 
-    def _start(self, deployment: Deployment, variant: Variant) -> RunningVariant:
+    def _planned(self, deployment: Deployment, variant: Variant, name: str) -> _PlannedServer:
+        """One server of ``variant`` spelled for the release preflight resolved with: its argv (with the batch
+        log interval and metrics sglperf reads), its environment (the emulator's, under --emulator)."""
         check = self.preflight.check(deployment, variant.id)
         release = self.preflight.resolver(deployment).release()
-        hf_config = deployment.hf_config()
         launch = launch_plan(
             deployment, variant, release.parser, self._model_path(deployment), deployment.architectures
         )
         launch, interval = _with_decode_log_interval(launch, deployment, variant, release.parser.has)
         launch, metrics_off = _with_server_metrics(launch, deployment, release.parser.has)
-        name = f"{deployment.key}-{variant.id}"
         env = dict(launch.env)
         if self.options.emulator:
-            env.update(self._emulator_env(name, check, release.version, deployment, hf_config))
-        lease: gpus.Lease | None = None
-        if not deployment.runner.is_cpu:  # a CPU server takes no GPU
-            if self._allocator is None:
-                self._allocator = gpus.GpuAllocator(lock_dir=self._gpu_lock_dir())
-            lease = self._allocator.acquire(deployment.launch.tp_size, self.options.gpu_timeout_s, self.progress)
+            env.update(self._emulator_env(name, check, release.version, deployment, deployment.hf_config()))
         # The emulator is part of sglperf, so it runs under sglperf's interpreter, not SGLang's.
         python = sys.executable if self.options.emulator else release.python
         spec = server.ServerSpec(
@@ -186,6 +214,17 @@ class LiveSession:
             api_key=self.options.api_key or os.environ.get(API_KEY_ENV),
             emulated=self.options.emulator,
         )
+        return _PlannedServer(spec, launch, check, release.python, interval, metrics_off)
+
+    def _start(self, deployment: Deployment, variant: Variant) -> RunningVariant:
+        planned = self._planned(deployment, variant, f"{deployment.key}-{variant.id}")
+        spec, launch, check = planned.spec, planned.launch, planned.check
+        name, hf_config = spec.name, deployment.hf_config()
+        lease: gpus.Lease | None = None
+        if not deployment.runner.is_cpu:  # a CPU server takes no GPU
+            if self._allocator is None:
+                self._allocator = gpus.GpuAllocator(lock_dir=self._gpu_lock_dir())
+            lease = self._allocator.acquire(deployment.launch.tp_size, self.options.gpu_timeout_s, self.progress)
         try:
             running_server = server.launch(spec, lease.cuda_visible_devices if lease else None, self.progress)
         except BaseException:
@@ -217,11 +256,61 @@ class LiveSession:
             facts,
             gpus.visible_gpus(),
             check,
-            release.python,
+            planned.python,
             hf_config,
             server_notes=(AMX_NOTE,) if shimmed else (),
-            decode_log_interval=interval,
-            server_metrics_off=metrics_off,
+            decode_log_interval=planned.interval,
+            server_metrics_off=planned.metrics_off,
+        )
+
+    def _start_topology(self, deployment: Deployment, variant: Variant) -> topology.RoutedServers:
+        """Every role's instances and the router in front (sglperf.session.topology); on a GPU runner each
+        instance on GPUs of its own."""
+        self._planned_roles = {}
+
+        def spec_for(role_variant: Variant, name: str) -> server.ServerSpec:
+            planned = self._planned(deployment, role_variant, name)
+            self._planned_roles.setdefault(role_variant.id, planned)
+            return planned.spec
+
+        launches = topology.worker_launches(deployment, variant, spec_for)
+        if not deployment.runner.is_cpu:
+            raise LiveSkip(
+                f"{deployment.key}: the live tier starts a [topology] on a CPU runner only so far (GPU leases per "
+                "instance are not built: docs/scale-out.md); preflight checks every role"
+            )
+        return topology.start_topology(
+            deployment,
+            variant,
+            launches,
+            lambda name: results_folder.server_log_path(self.options.results_dir, name),
+            self.progress,
+        )
+
+    def _role_view(self, deployment: Deployment, variant: Variant, routed: topology.RoutedServers) -> RunningVariant:
+        """The running topology as one role variant sees it: its role's first instance stands for the role."""
+        role = variant.role or ""
+        view = routed.for_role(role)
+        planned = self._planned_roles[variant.id]
+        shimmed = deployment.runner.is_cpu and AMX_NOTE in view.log_tail(100_000)
+        return RunningVariant(
+            deployment,
+            variant,
+            planned.launch,
+            view,
+            None,
+            view.stand_in.facts,
+            gpus.visible_gpus(),
+            planned.check,
+            planned.python,
+            deployment.hf_config(),
+            server_notes=(AMX_NOTE,) if shimmed else (),
+            decode_log_interval=planned.interval,
+            # The router serves no /metrics of the workers (its own are on another port), and one worker's
+            # series are not the deployment's: not read until they are summed per worker.
+            server_metrics_off=planned.metrics_off
+            or f"server metrics not read: {len(view.workers)} workers behind the router (per-worker /metrics "
+            "are not summed yet)",
         )
 
     def _attach(self, deployment: Deployment, variant: Variant) -> RunningVariant:
@@ -428,6 +517,14 @@ class LiveSession:
 
     def stop(self) -> None:
         running, self.current = self.current, None
+        routed, self._routed, self._routed_key = self._routed, None, None
+        if routed is not None:
+            report = routed.stop()
+            self.progress(
+                f"{routed.router.spec.name}: stopped the router and {len(routed.workers)} workers "
+                f"({len(report.pids)} processes) in {report.seconds:.1f} s"
+            )
+            return
         if running is None or isinstance(running.server, AttachedServer):
             return  # an attached server is never stopped
         report = running.server.stop()
@@ -443,6 +540,18 @@ class LiveSession:
 
     def close(self) -> None:
         self.stop()
+
+
+@dataclass(frozen=True)
+class _PlannedServer:
+    """One server spelled for its release, with what its measurements need to know of the spelling."""
+
+    spec: server.ServerSpec
+    launch: LaunchPlan
+    check: preflight.VariantCheck
+    python: str  # the SGLang release's interpreter (preflight's)
+    interval: int | None  # the decode log interval as launched
+    metrics_off: str | None  # why /metrics is not read
 
 
 def _preflight_capture(running: RunningVariant, graph: coverage.Graph) -> CapturedSizes | None:

@@ -50,6 +50,7 @@ from sglperf.results import folder as results_folder
 from sglperf.runtime import gpu_telemetry, host_probe, provenance
 from sglperf.runtime.log_windows import RoundLogWindows
 from sglperf.session.running import LiveOptions, RunningVariant
+from sglperf.session.topology import RoutedServers
 from sglperf.sglang import metrics_catalogue
 from sglperf.sglang.intents import DECODE_GRAPH, PREFILL_GRAPH
 
@@ -259,6 +260,7 @@ class Measurement:
                 marks=guards.windows,
                 metrics=guards.metrics,
                 gpu=guards.gpu,
+                workers=running.server.worker_urls if isinstance(running.server, RoutedServers) else (),
             )
         finally:
             if guards.gpu is not None:
@@ -429,7 +431,8 @@ class Measurement:
         if self.plan is None:
             return None
         effective = self.running.facts.effective
-        return coverage.measured_batch(self.workload, self.load, self.plan.prompts, effective)
+        workers = self.running.deployment.decode_workers(self.running.variant)
+        return coverage.measured_batch(self.workload, self.load, self.plan.prompts, effective, workers)
 
     def _metrics_watch(self) -> MetricsWatch | None:
         """What the meter reads from the server's /metrics, or None when it is off for this server."""

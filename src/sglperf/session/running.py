@@ -19,6 +19,7 @@ from sglperf.results.folder import RunStamp
 from sglperf.runtime import gpus, server
 from sglperf.runtime.attach import AttachedServer
 from sglperf.session.preflight_session import deployment_key
+from sglperf.session.topology import RoutedServers
 from sglperf.sglang.flags import LaunchPlan
 
 
@@ -56,7 +57,7 @@ class RunningVariant:
     deployment: Deployment
     variant: Variant
     launch: LaunchPlan
-    server: server.Server | AttachedServer
+    server: server.Server | AttachedServer | RoutedServers
     lease: gpus.Lease | None
     facts: ServerFacts
     inventory: gpus.Inventory
@@ -74,7 +75,9 @@ class RunningVariant:
 
     @property
     def attached(self) -> bool:
-        return isinstance(self.server, AttachedServer)
+        return isinstance(self.server, AttachedServer) or (
+            isinstance(self.server, RoutedServers) and self.server.attached
+        )
 
     @property
     def predicted_model(self) -> ModelFacts | None:

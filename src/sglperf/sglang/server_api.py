@@ -56,3 +56,16 @@ MEMORY_SIZED_FIELDS = frozenset({"mem_fraction_static", "max_total_tokens", KV_P
 # Server args that differ between two launches of the same variant: ignored when comparing live args
 # with the preflight, between a baseline and now, and in effective-args digests.
 LAUNCH_SPECIFIC_FIELDS = IDENTITY_FIELDS | MEMORY_SIZED_FIELDS
+# What differs between two ranks of one role by design: their identity, the launcher's per-rank settings (their
+# rank, rendezvous and bootstrap port), and the KV pool each sizes from its own free memory. Any other field
+# that differs is drift (sglperf.session.topology).
+RANK_SPECIFIC_FIELDS = IDENTITY_FIELDS | frozenset(
+    {
+        "node_rank",
+        "dist_init_addr",
+        "disaggregation_bootstrap_port",
+        "max_total_tokens",
+        KV_POOL_TOKENS_FIELD,
+        "max_req_input_len",
+    }
+)
