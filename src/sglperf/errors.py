@@ -23,6 +23,8 @@ base it had before the root existed, so ``except ValueError:`` and ``except OSEr
     ├── runtime.server.ServerStartError (RuntimeError)          a server died or was late starting
     ├── runtime.server_info.LiveError (RuntimeError)            a server's introspection endpoints failed
     ├── runtime.attach.AttachError (RuntimeError)               --sglang-url is no usable SGLang server
+    ├── runtime.router.RouterError (RuntimeError)               a router whose workers cannot be read
+    ├── runtime.slurm.SlurmError (RuntimeError)                 Slurm refused, timed out or could not be reached
     ├── runtime.server_ledger.LedgerError (ValueError)          an unreadable shared-memory ledger entry
     ├── runtime.gpus.NvmlUnavailable (RuntimeError)             NVML cannot say what memory processes hold
     ├── runtime.gpu_telemetry.NvmlUnusable                      NVML cannot watch the GPUs during rounds

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import psutil
@@ -55,13 +55,21 @@ def _cpu_by_process(procs: Iterable[psutil.Process]) -> dict[tuple[int, float], 
     return found
 
 
-def _ours() -> dict[tuple[int, float], float]:
+def _ours(roots: Sequence[int] = ()) -> dict[tuple[int, float], float]:
+    """This process's tree, and the trees of ``roots`` (servers started for us outside it: Slurm's step daemons)."""
     me = psutil.Process()
-    return _cpu_by_process((me, *me.children(recursive=True)))
+    procs = [me, *me.children(recursive=True)]
+    for pid in roots:
+        try:
+            root = psutil.Process(pid)
+            procs += [root, *root.children(recursive=True)]
+        except psutil.Error:
+            continue
+    return _cpu_by_process(procs)
 
 
-def _read() -> _Reading:
-    ours = _ours()
+def _read(roots: Sequence[int] = ()) -> _Reading:
+    ours = _ours(roots)
     machine = psutil.cpu_times()
     return _Reading(
         time.perf_counter(), machine.user + machine.nice + machine.system, getattr(machine, "steal", 0.0), ours
@@ -78,17 +86,18 @@ def available() -> str | None:
 class HostProbe:
     """``start()`` before a round, ``stop()`` after it: what the rest of the machine took in between."""
 
-    def __init__(self) -> None:
+    def __init__(self, roots: Callable[[], Sequence[int]] | None = None) -> None:
         self._start: _Reading | None = None
         self.cpus = psutil.cpu_count() or 1
+        self._roots = roots or (lambda: ())
 
     def start(self) -> None:
-        self._start = _read()
+        self._start = _read(self._roots())
 
     def stop(self) -> HostLoad:
         if self._start is None:
             raise RuntimeError("HostProbe.stop() without start()")
-        end, start = _read(), self._start
+        end, start = _read(self._roots()), self._start
         self._start = None
         ours = sum(cpu - start.ours.get(key, 0.0) for key, cpu in end.ours.items())
         counters = PROCESS_COUNTERS * len(end.ours.keys() | start.ours.keys()) + SYSTEM_COUNTERS_PER_CPU * self.cpus
@@ -102,7 +111,7 @@ class HostProbe:
 
     def busiest_others(self, interval_s: float = 0.5, top: int = 3) -> str:
         """The processes outside ours that used the most CPU over the next ``interval_s``, for a message."""
-        ours = {pid for pid, _ in _ours()}
+        ours = {pid for pid, _ in _ours(self._roots())}
         others = [p for p in psutil.process_iter() if p.pid not in ours]
         before = _cpu_by_process(others)
         time.sleep(interval_s)

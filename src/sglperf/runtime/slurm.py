@@ -9,6 +9,7 @@ soon as one exits, and :meth:`SlurmAllocation.cancel` waits until Slurm no longe
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 import shutil
@@ -19,6 +20,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
+
+import psutil
 
 from sglperf.errors import SglperfError
 from sglperf.model.progress import Progress, silent
@@ -368,7 +371,8 @@ class StepWatch:
         return self._failed.wait(timeout_s)
 
     def stop(self) -> None:
-        """End the watch without cancelling anything: the caller cancels at teardown."""
+        """End the watch without cancelling anything: the caller cancels at teardown. Waits for a cancel
+        the watch has already begun, so that the job is either cancelled or left to the caller, not both."""
         with self._lock:
             self._stopped.set()
         self._thread.join()
@@ -377,3 +381,14 @@ class StepWatch:
         """Raise SlurmError with the failure line if a step ended while watched."""
         if self.failure is not None:
             raise SlurmError(self.failure)
+
+
+def step_daemons(job_id: str) -> list[int]:
+    """This machine's ``slurmstepd`` processes of one job's steps (their children are the steps' tasks)."""
+    prefix = f"slurmstepd: [{job_id}."
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        with contextlib.suppress(psutil.Error):
+            if " ".join(proc.info["cmdline"] or ()).startswith(prefix):
+                found.append(proc.pid)
+    return found

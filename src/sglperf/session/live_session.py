@@ -31,6 +31,7 @@ from sglperf.model.workload import LoadPoint, Workload, measurement_key
 from sglperf.results import folder as results_folder
 from sglperf.runtime import gpus, server, server_info
 from sglperf.runtime.attach import AttachedServer, AttachError, DeclaredGpus, attached_profile_problems, read_attached
+from sglperf.runtime.router import RouterError
 from sglperf.session import topology
 from sglperf.session.capacity_search import CapacityReport, CapacitySearch
 from sglperf.session.handles import ServerHandle, VariantRef
@@ -119,13 +120,16 @@ class LiveSession:
         key = (deployment_key(deployment), variant.id)
         if key in self._failures:
             raise server.ServerStartError(self._failures[key])
+        # A topology's servers may be gone under the run (a Slurm step ended): asked again each time.
+        if self.options.attach_url and deployment.topology is not None:
+            return self._attach_topology(deployment, variant)
+        if deployment.topology is not None:
+            return self._running_topology(deployment, variant)
         if self.current is not None and self.current.key == key:
             return self.current
         if self.options.attach_url:
             self.current = self._attach(deployment, variant)
             return self.current
-        if deployment.topology is not None:
-            return self._running_topology(deployment, variant)
         self.stop()
         reason = self.skip_reason(deployment)
         if reason:
@@ -355,6 +359,56 @@ class LiveSession:
             deployment, variant, launch, attached, None, facts, inventory, check, release.python, deployment.hf_config()
         )
 
+    def _attach_topology(self, deployment: Deployment, variant: Variant) -> RunningVariant:
+        """A [topology] someone else launched: the router at --sglang-url, its workers as it lists them, each
+        read and checked at its own address; never started or stopped here."""
+        url = str(self.options.attach_url)
+        whole = (deployment_key(deployment), variant.base or variant.id)
+        if whole in self._failures:
+            raise server.ServerStartError(self._failures[whole])
+        if self._routed is None:
+            api_key = self.options.api_key or os.environ.get(API_KEY_ENV)
+
+            def read(worker_url: str) -> ServerFacts:
+                facts = read_attached(worker_url, api_key)
+                if problem := _emulation_problem(facts, self.options.emulator):
+                    raise server.ServerStartError(f"{worker_url}: {problem}")
+                return facts
+
+            try:
+                self._routed = topology.attach_topology(deployment, url, api_key, read)
+            except (server.ServerStartError, AttachError, RouterError) as exc:
+                self._failures[whole] = str(exc)
+                raise server.ServerStartError(str(exc)) from None
+            self._routed_key = whole
+            self.progress(f"{deployment.key}: attached to the router at {url} and {len(self._routed.workers)} workers")
+        elif self._routed_key != whole:
+            claimed = f"{Path(self._routed_key[0]).stem}-{self._routed_key[1]}" if self._routed_key else "another"
+            raise server.ServerStartError(
+                f"--sglang-url {url} serves one variant and it is {claimed}: select one variant per attached run"
+            )
+        key = (whole[0], variant.id)
+        if self.current is None or self.current.key != key:
+            release = self.preflight.resolver(deployment).release()
+            launch = launch_plan(
+                deployment, variant, release.parser, self._model_path(deployment), deployment.architectures
+            )
+            view = self._routed.for_role(variant.role or "")
+            self.current = RunningVariant(
+                deployment,
+                variant,
+                launch,
+                view,
+                None,
+                view.stand_in.facts,
+                gpus.Inventory((), "unknown"),
+                self.preflight.check(deployment, variant.id),
+                release.python,
+                deployment.hf_config(),
+                server_metrics_off="server metrics not read: the workers are behind a router not started here",
+            )
+        return self.current
+
     def _gpu_lock_dir(self) -> Path | None:
         """Real GPUs are locked machine-wide. Emulated runs lock their simulated GPUs inside their own
         results folder: shared by the run's xdist workers, never contended with an unrelated run."""
@@ -518,6 +572,8 @@ class LiveSession:
     def stop(self) -> None:
         running, self.current = self.current, None
         routed, self._routed, self._routed_key = self._routed, None, None
+        if routed is not None and routed.attached:
+            return  # never stopped: not started here
         if routed is not None:
             report = routed.stop()
             self.progress(

@@ -477,7 +477,10 @@ class Measurement:
         problem = host_probe.available()
         if problem:
             return None, problem
-        return meter.HostGuard(host_probe.HostProbe(), limit, self.options.host_quiet_wait_s), None
+        server = self.running.server
+        # Servers run as Slurm steps are the step daemons' children, not ours: counted as ours all the same.
+        roots = server.local_roots if isinstance(server, RoutedServers) else None
+        return meter.HostGuard(host_probe.HostProbe(roots), limit, self.options.host_quiet_wait_s), None
 
     @staticmethod
     def _gpu_summary(guard: meter.GpuGuard | None, result: WorkloadResult) -> GpuTelemetrySummary | None:

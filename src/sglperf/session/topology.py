@@ -17,13 +17,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from sglperf.model.deployment import Deployment, Variant
+from sglperf.model.process_exit import describe_exit
 from sglperf.model.progress import Progress
 from sglperf.model.server_facts import ServerFacts
 from sglperf.model.topology import Role, Topology
 from sglperf.runtime import router as sglang_router
 from sglperf.runtime import server, server_info, server_ledger
 from sglperf.runtime.attach import AttachedServer
-from sglperf.runtime.slurm import SlurmAllocation, SlurmError, StepWatch, slurm_problem
+from sglperf.runtime.slurm import SlurmAllocation, SlurmError, StepWatch, slurm_problem, step_daemons
 from sglperf.sglang.flags import BOOTSTRAP_PORT_FLAG
 from sglperf.sglang.server_api import RANK_SPECIFIC_FIELDS
 
@@ -79,9 +80,23 @@ class RoutedServers:
     def log_tail(self, lines: int = 40) -> str:
         return self.stand_in.server.log_tail(lines)
 
+    def local_roots(self) -> list[int]:
+        """Processes on this machine that run our workers without being our children: the Slurm job's step
+        daemons (a worker on another node is not this machine's load)."""
+        return step_daemons(self.allocation.job_id) if self.allocation is not None else []
+
     def failure(self) -> str | None:
-        """Why the servers are gone under the run (a Slurm step ended and the job was cancelled); None: up."""
-        return self.watch.failure if self.watch else None
+        """Why the servers are gone under the run (a Slurm step ended and the job was cancelled, or a local
+        worker or the router exited); None: up."""
+        if self.watch is not None and self.watch.failure:
+            return self.watch.failure
+        for name, process in [(w.name, w.server) for w in self.workers] + [("the router", self.router)]:
+            if isinstance(process, server.Server) and (code := process.proc.poll()) is not None:
+                return (
+                    f"{name} exited under the run ({describe_exit(code)}): the deployment is stopped; "
+                    f"log {process.spec.log_path}"
+                )
+        return None
 
     def stop(self) -> server.StopReport:
         """The router, every worker, then the Slurm job (whatever is left of every step); idempotent."""
@@ -112,9 +127,9 @@ def role_drift(workers: tuple[TopologyWorker, ...]) -> list[str]:
         for field in sorted((set(ours) | set(theirs)) - RANK_SPECIFIC_FIELDS):
             if ours.get(field) != theirs.get(field):
                 problems.append(
-                    f"role {worker.role!r}: worker {worker.name} ({worker.server.base_url}) runs {field} = "
-                    f"{_short(theirs.get(field))}, worker {reference.name} ({reference.server.base_url}) "
-                    f"{_short(ours.get(field))}"
+                    f"role {worker.role!r}: {field} is {_short(theirs.get(field))} on worker {worker.name} "
+                    f"({worker.server.base_url}) but {_short(ours.get(field))} on worker {reference.name} "
+                    f"({reference.server.base_url})"
                 )
     return problems
 
@@ -204,7 +219,8 @@ def start_topology(
         raise
     entry = topology.entry_role.name
     stand_in = next(w for w in workers if w.role == entry)
-    progress(f"{deployment.key}-{base}: {topology.describe(deployment.launch.tp_size)} behind the router at {router.base_url}")
+    shape = topology.describe(deployment.launch.tp_size)
+    progress(f"{deployment.key}-{base}: {shape} behind the router at {router.base_url}")
     return RoutedServers(router, tuple(workers), stand_in, allocation, watch)
 
 
@@ -237,7 +253,7 @@ def attach_topology(
                 f"--sglang-url {url}: the router fronts a {found.role_kind} worker ({found.url}), which "
                 f"{deployment.path.name}'s [topology] has no role for"
             )
-        name = f"{role_name}-{i}@{found.url}"
+        name = f"{role_name}-{i}"
         workers.append(TopologyWorker(role_name, name, AttachedServer(found.url, api_key, name), read(found.url)))
     for role in topology.roles:
         count = sum(w.role == role.name for w in workers)
