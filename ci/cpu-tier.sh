@@ -17,27 +17,32 @@ if [ "${1:-}" = "--quick" ]; then
   shift
 fi
 bash ci/setup.sh 0.5.23
+# The Slurm replicas of tests/sglang/test_cpu_topology.py (they skip, saying why, where it cannot be installed).
+bash ci/slurm.sh install
 source ci/cpu-env.sh
 baselines=${CPU_BASELINES_DIR:-results/cpu-baselines}
 mkdir -p results
 # examples/ (users' own tests on the fixtures) run on the torch-compile variant, the one whose decode
 # graph is on, as examples/test_effective_args.py expects of a deployment.
 export SGLPERF_EXAMPLE_DEPLOYMENT=tiny-cpu
-# 1. every live and measure item, recording the baselines; and the variant effects of tiny-cpu-effects.toml (an
-#    A/A pair and a capped batch against plain, on any x86-64 CPU), whose floors hold within one run only, so
-#    the second pass leaves it out
+# 1. every live and measure item, recording the baselines (tiny-cpu-replicas.toml: two servers behind SGLang's
+#    router); and the variant effects of tiny-cpu-effects.toml (an A/A pair and a capped batch against plain, on
+#    any x86-64 CPU), whose floors hold within one run only, so the second pass leaves it out
 .venv/bin/pytest deployments/tiny-cpu.toml deployments/tiny-cpu-mtp.toml deployments/tiny-cpu-native.toml \
-  deployments/tiny-cpu-effects.toml examples -k "not examples or torch-compile" \
+  deployments/tiny-cpu-effects.toml deployments/tiny-cpu-replicas.toml examples -k "not examples or torch-compile" \
   --sglang-version=0.5.23 -p no:cacheprovider --update-baselines --baselines-dir="$baselines" \
   --junit-xml=results/cpu-tier-record.xml "$@"
-# 2. the measurements again, compared with those baselines; the CPU-server tests, the emulator contract and a
-#    bisect between two releases on real CPU servers
+# 2. the measurements again, compared with those baselines; the CPU-server tests, the emulator contract, a
+#    bisect between two releases on real CPU servers, and the topology tests (replicas that differ, attached;
+#    the replicas as Slurm job steps)
 if $quick; then
   exec .venv/bin/pytest tests/sglang/test_cpu_server.py tests/sglang/test_emulator_contract.py \
-    tests/sglang/test_cpu_bisect.py --sglang-version=0.5.23 -p no:cacheprovider --junit-xml=results/cpu-tier.xml "$@"
+    tests/sglang/test_cpu_bisect.py tests/sglang/test_cpu_topology.py --sglang-version=0.5.23 -p no:cacheprovider \
+    --junit-xml=results/cpu-tier.xml "$@"
 fi
-exec .venv/bin/pytest deployments/tiny-cpu.toml deployments/tiny-cpu-mtp.toml deployments/tiny-cpu-native.toml examples \
-  tests/sglang/test_cpu_server.py tests/sglang/test_emulator_contract.py tests/sglang/test_cpu_bisect.py \
+exec .venv/bin/pytest deployments/tiny-cpu.toml deployments/tiny-cpu-mtp.toml deployments/tiny-cpu-native.toml \
+  deployments/tiny-cpu-replicas.toml examples tests/sglang/test_cpu_server.py tests/sglang/test_emulator_contract.py \
+  tests/sglang/test_cpu_bisect.py tests/sglang/test_cpu_topology.py \
   -m "measure or needs_sglang" \
   -k "not examples or torch-compile" \
   --sglang-version=0.5.23 -p no:cacheprovider --baselines-dir="$baselines" \

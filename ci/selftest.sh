@@ -20,6 +20,8 @@ if ! command -v initdb >/dev/null && ! ls /usr/lib/postgresql/*/bin/initdb >/dev
     echo "selftest: PostgreSQL is not installed; the PostgreSQL history-store tests will skip" >&2
   fi
 fi
+# Slurm and MUNGE for the Slurm launcher's tests (each starts a single-node cluster of its own).
+bash ci/slurm.sh install
 # Headless Chromium for the docs site as a reader's browser shows it (tests/integration/test_docs_site.py
 # drives Debian's package through playwright; Playwright's own browser download does not work here).
 if [ ! -x /usr/bin/chromium ]; then

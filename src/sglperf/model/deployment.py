@@ -210,9 +210,6 @@ class Deployment(StrictTable):
         """One variant per variant and role ("plain.prefill"): each role is resolved and judged on its own
         flags; only the entry role's variant carries measurements and expected effects (taken through the
         router)."""
-        for i, variant in enumerate(self.variants):
-            if variant.role is not None or variant.base is not None:
-                raise ValueError(f"variants[{i}]: role and base are set by [topology], not by the file")
         entry = topology.entry_role.name
         expanded = [
             variant.model_copy(
