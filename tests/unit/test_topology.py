@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from sglperf.model.deployment_file import DeploymentError, load
 from sglperf.model.graph_coverage import graph_needs
 from sglperf.model.server_facts import ServerFacts
+from sglperf.model.server_metrics import combined_series
 from sglperf.model.topology import _nodes_for, batch_per_worker
 from sglperf.runtime import router
 from sglperf.runtime.attach import AttachedServer
@@ -165,3 +166,14 @@ def test_ranks_that_differ_are_named_and_their_own_addresses_are_not() -> None:
     assert role_drift(differ) == [
         "role 'decode': max_running_requests is 32 on worker d2 (http://h:4) but 64 on worker d0 (http://h:1)"
     ]
+
+
+def test_the_workers_metrics_add_up_and_their_gauges_keep_the_extremes() -> None:
+    a = {"sglang:generation_tokens_total": 64.0, "sglang:num_running_reqs:max": 1.0, "sglang:num_running_reqs:min": 0.0}
+    b = {"sglang:generation_tokens_total": 60.0, "sglang:num_running_reqs:max": 2.0, "sglang:num_running_reqs:min": 1.0}
+    b_only = {**b, "sglang:kv_transfer_latency_ms_sum": 3.0}  # a series one worker lacks is not the deployment's
+    assert combined_series([a, b_only]) == {
+        "sglang:generation_tokens_total": 124.0,
+        "sglang:num_running_reqs:max": 2.0,
+        "sglang:num_running_reqs:min": 0.0,
+    }

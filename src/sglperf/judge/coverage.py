@@ -129,7 +129,10 @@ def judge_coverage(
         return verdict
     gaps = find_gaps(captured, batches)
     if not gaps:
-        return replace(verdict, actual=f"{verdict.actual}, up to batch {captured.largest}")
+        covered = replace(verdict, actual=f"{verdict.actual}, up to batch {captured.largest}")
+        # Behind a router a worker runs its share: say which share was held against the graph.
+        shared = [f"covers {b.describe()}" for b in batches if b.bounded_by.endswith(" workers")]
+        return _with_lines(covered, Status.PASS, covered.actual or "", shared) if shared else covered
     set_by, raise_it = _set_by(captured), f"; {how_to_raise}" if how_to_raise else ""
     lines = [
         f"{g.need.describe()} decodes eager: SGLang {verdict.sglang_version} captures the decode graph up to "

@@ -73,7 +73,7 @@ from sglperf.measure.samples import (
     round_metric_values,
     round_stats,
 )
-from sglperf.measure.server_scrape import MetricsWatch, RoundScraper
+from sglperf.measure.server_scrape import MetricsWatch, RoundScraper, WorkersScraper
 from sglperf.measure.stream import RequestContext, parse_native, parse_openai, sse_events
 from sglperf.measure.transport import Ending, Exchange, Origin, TransportError, decode_response, post_streamed
 from sglperf.model.gpu_telemetry import GpuLimits, GpuRound
@@ -458,7 +458,11 @@ async def run_workload(
     started = time.perf_counter()
     session = _Session(base_url, workload, api_key, timeout_s, chunk_timeout_s, model, workers)
     limit = asyncio.Semaphore(concurrency)
-    scraper = RoundScraper(session.http, metrics, CONTROL_DEADLINE_S) if metrics is not None else None
+    scraper: RoundScraper | WorkersScraper | None = None
+    if metrics is not None and workers:
+        scraper = WorkersScraper([RoundScraper(http, metrics, CONTROL_DEADLINE_S) for http in session.controls])
+    elif metrics is not None:
+        scraper = RoundScraper(session.http, metrics, CONTROL_DEADLINE_S)
 
     def job(prompt: Prompt, request_id: str, repeat: int) -> Callable[[], Awaitable[RawResponse]]:
         return lambda: session.fetch(prompt, request_id, repeat)

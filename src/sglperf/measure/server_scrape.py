@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
 import httpx
 
-from sglperf.model.server_metrics import ServerScrape, round_series
+from sglperf.model.server_metrics import ServerScrape, combined_series, round_series
 from sglperf.sglang.metrics_catalogue import METRICS_PATH, ExpositionError, parse_exposition
 
 T = TypeVar("T")
@@ -98,3 +98,52 @@ class RoundScraper:
     def forget_round(self) -> None:
         """A dropped round's readings are not the next round's."""
         self._texts = []
+
+
+class WorkersScraper:
+    """Every worker's ``/metrics`` behind a router, read as one server's: the router serves none of theirs, and
+    one worker's series are not the deployment's (`combined_series`). The first worker that stops answering
+    costs the round its server metrics, as a single server's would."""
+
+    def __init__(self, scrapers: Sequence[RoundScraper]) -> None:
+        self.scrapers = list(scrapers)
+
+    @property
+    def problem(self) -> str | None:
+        return next((s.problem for s in self.scrapers if s.problem is not None), None)
+
+    @property
+    def scrapes(self) -> int:
+        return sum(s.scrapes for s in self.scrapers)
+
+    async def around(self, work: Awaitable[T]) -> T:
+        async def all_of(method: str) -> None:
+            await asyncio.gather(*(getattr(s, method)() for s in self.scrapers))
+
+        await all_of("read")
+        done = False
+
+        async def sample() -> None:
+            while not done:  # as RoundScraper.around: until told
+                await asyncio.sleep(self.scrapers[0].watch.interval_s)
+                await all_of("read")
+
+        sampler = asyncio.create_task(sample())
+        try:
+            result = await work
+        finally:
+            done = True
+            sampler.cancel()
+            await asyncio.gather(sampler, return_exceptions=True)
+        await all_of("read")
+        return result
+
+    def take_round(self) -> dict[str, float] | None:
+        rounds = [s.take_round() for s in self.scrapers]
+        if any(r is None for r in rounds):
+            return None
+        return combined_series([r for r in rounds if r is not None])
+
+    def forget_round(self) -> None:
+        for s in self.scrapers:
+            s.forget_round()

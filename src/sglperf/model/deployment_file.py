@@ -151,7 +151,8 @@ def load(path: str | Path) -> Deployment:
         raise DeploymentError(f"{path}: not valid TOML: nested too deeply") from None
     if "path" in raw:  # set by sglperf from where the file is, never by the file
         raise DeploymentError(f"{path}: invalid deployment file:\n  - path: unknown field")
-    for i, variant in enumerate(raw.get("variants") or []):
+    listed = raw.get("variants")
+    for i, variant in enumerate(listed if isinstance(listed, list) else []):
         for key in ("role", "base"):  # set by [topology] when it makes one variant per role
             if isinstance(variant, dict) and key in variant:
                 raise DeploymentError(f"{path}: variants[{i}].{key}: set by [topology] for each role, not by the file")

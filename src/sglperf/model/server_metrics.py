@@ -50,6 +50,25 @@ def round_series(scrapes: Sequence[ServerScrape], defined_counters: Iterable[str
     return out
 
 
+def combined_series(per_server: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """Several servers' series of one round as the deployment's (the workers behind a router): counters'
+    rises add up (histograms' buckets, sums and counts included), a gauge's extremes are the extremes of all.
+    A series some server lacks is left out: a sum over part of the workers would read as the whole."""
+    if not per_server:
+        return {}
+    names = set.intersection(*(set(s) for s in per_server))
+    out: dict[str, float] = {}
+    for name in sorted(names):
+        values = [s[name] for s in per_server]
+        if name.endswith(MAX_SUFFIX):
+            out[name] = max(values)
+        elif name.endswith(MIN_SUFFIX):
+            out[name] = min(values)
+        else:
+            out[name] = sum(values)
+    return out
+
+
 @dataclass(frozen=True)
 class ServerMetricsRecord:
     """The server's metrics over one measurement's measured rounds, as written to its record."""

@@ -26,6 +26,7 @@ from sglperf.model.measurement import MeasurementRecord
 from sglperf.model.progress import Progress
 from sglperf.model.resolution import Resolution
 from sglperf.model.server_facts import ServerFacts
+from sglperf.model.topology import Role
 from sglperf.model.verdict import Verdict
 from sglperf.model.workload import LoadPoint, Workload, measurement_key
 from sglperf.results import folder as results_folder
@@ -70,6 +71,7 @@ class LiveSession:
         self._routed: topology.RoutedServers | None = None
         self._routed_key: tuple[str, str] | None = None
         self._planned_roles: dict[str, _PlannedServer] = {}
+        self._topology_leases: list[gpus.Lease] = []
         self.capacity_search = CapacitySearch()
         self.measured: dict[str, MeasurementRecord] = {}  # by measurement key, this process's
         # The clock an emulator's drift runs on: the run's (every xdist worker's alike), else this session's.
@@ -278,18 +280,39 @@ class LiveSession:
             return planned.spec
 
         launches = topology.worker_launches(deployment, variant, spec_for)
-        if not deployment.runner.is_cpu:
+        wide = [r.name for r in _topology_roles(deployment) if r.nodes > 1]
+        if wide:
             raise LiveSkip(
-                f"{deployment.key}: the live tier starts a [topology] on a CPU runner only so far (GPU leases per "
-                "instance are not built: docs/scale-out.md); preflight checks every role"
+                f"{deployment.key}: role(s) {', '.join(wide)} span several nodes: preflight resolves the role, "
+                "but launching a multi-node instance is not built yet (docs/scale-out.md)"
             )
-        return topology.start_topology(
-            deployment,
-            variant,
-            launches,
-            lambda name: results_folder.server_log_path(self.options.results_dir, name),
-            self.progress,
-        )
+        if not deployment.runner.is_cpu and deployment.runner.launcher == "local":
+            launches = [self._with_gpus(deployment, launch) for launch in launches]
+        try:
+            return topology.start_topology(
+                deployment,
+                variant,
+                launches,
+                lambda name: results_folder.server_log_path(self.options.results_dir, name),
+                self.progress,
+            )
+        except BaseException:
+            self._release_topology_leases()
+            raise
+
+    def _with_gpus(self, deployment: Deployment, launch: topology.WorkerLaunch) -> topology.WorkerLaunch:
+        """The instance on GPUs of its own on this machine (its role's tp x dp), leased like a single server's."""
+        if self._allocator is None:
+            self._allocator = gpus.GpuAllocator(lock_dir=self._gpu_lock_dir())
+        count = launch.role.gpus_per_instance(deployment.launch.tp_size)
+        lease = self._allocator.acquire(count, self.options.gpu_timeout_s, self.progress)
+        self._topology_leases.append(lease)
+        return replace(launch, cuda_visible_devices=lease.cuda_visible_devices)
+
+    def _release_topology_leases(self) -> None:
+        leases, self._topology_leases = self._topology_leases, []
+        for lease in leases:
+            lease.release()
 
     def _role_view(self, deployment: Deployment, variant: Variant, routed: topology.RoutedServers) -> RunningVariant:
         """The running topology as one role variant sees it: its role's first instance stands for the role."""
@@ -310,11 +333,9 @@ class LiveSession:
             deployment.hf_config(),
             server_notes=(AMX_NOTE,) if shimmed else (),
             decode_log_interval=planned.interval,
-            # The router serves no /metrics of the workers (its own are on another port), and one worker's
-            # series are not the deployment's: not read until they are summed per worker.
-            server_metrics_off=planned.metrics_off
-            or f"server metrics not read: {len(view.workers)} workers behind the router (per-worker /metrics "
-            "are not summed yet)",
+            # Read at every worker and added up (sglperf.measure.server_scrape.WorkersScraper): the router serves
+            # none of theirs.
+            server_metrics_off=planned.metrics_off,
         )
 
     def _attach(self, deployment: Deployment, variant: Variant) -> RunningVariant:
@@ -405,7 +426,6 @@ class LiveSession:
                 self.preflight.check(deployment, variant.id),
                 release.python,
                 deployment.hf_config(),
-                server_metrics_off="server metrics not read: the workers are behind a router not started here",
             )
         return self.current
 
@@ -580,6 +600,12 @@ class LiveSession:
                 f"{routed.router.spec.name}: stopped the router and {len(routed.workers)} workers "
                 f"({len(report.pids)} processes) in {report.seconds:.1f} s"
             )
+            indices = tuple(i for lease in self._topology_leases for i in lease.indices)
+            if indices:
+                check = gpus.wait_gpu_memory_released(report.pids, indices, 120.0)
+                if not check.released:
+                    self.progress(f"{routed.router.spec.name}: {check.detail}")
+            self._release_topology_leases()
             return
         if running is None or isinstance(running.server, AttachedServer):
             return  # an attached server is never stopped
@@ -608,6 +634,10 @@ class _PlannedServer:
     python: str  # the SGLang release's interpreter (preflight's)
     interval: int | None  # the decode log interval as launched
     metrics_off: str | None  # why /metrics is not read
+
+
+def _topology_roles(deployment: Deployment) -> list[Role]:
+    return list(deployment.topology.roles) if deployment.topology else []
 
 
 def _preflight_capture(running: RunningVariant, graph: coverage.Graph) -> CapturedSizes | None:

@@ -146,6 +146,7 @@ class WorkerLaunch:
     role: Role
     name: str
     spec: server.ServerSpec
+    cuda_visible_devices: str | None = None  # a GPU runner's local launch: the GPUs leased for this instance
 
 
 def worker_launches(
@@ -191,7 +192,7 @@ def start_topology(
             spec = launch.spec
             if allocation is not None:
                 spec = replace(spec, prefix=allocation.step_prefix(launch.name))
-            worker = server.Server(spec)
+            worker = server.Server(spec, launch.cuda_visible_devices)
             progress(f"{launch.name}: starting {' '.join(worker.command)} (log {spec.log_path})")
             started.append((launch, worker))
         if allocation is not None:
