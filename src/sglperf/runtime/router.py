@@ -9,6 +9,7 @@ carries the measured traffic. Seen with sglang-router 0.3.2 (docs/scale-out.md).
 
 from __future__ import annotations
 
+import importlib.metadata
 import sys
 import time
 from dataclasses import dataclass
@@ -74,6 +75,14 @@ class RouterWorker:
     url: str
     role_kind: str  # replica, prefill or decode
     healthy: bool
+
+
+def router_version() -> str:
+    """The installed sglang-router's version (the router runs under sglperf's interpreter)."""
+    try:
+        return importlib.metadata.version("sglang-router")
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
 
 
 def router_spec(plan: RouterPlan, name: str, log_path: Path, startup_timeout_s: float) -> server.ServerSpec:

@@ -32,7 +32,7 @@ from sglperf.model.workload import LoadPoint, Workload, measurement_key
 from sglperf.results import folder as results_folder
 from sglperf.runtime import gpus, server, server_info
 from sglperf.runtime.attach import AttachedServer, AttachError, DeclaredGpus, attached_profile_problems, read_attached
-from sglperf.runtime.router import RouterError
+from sglperf.runtime.router import RouterError, router_version
 from sglperf.session import topology
 from sglperf.session.capacity_search import CapacityReport, CapacitySearch
 from sglperf.session.handles import ServerHandle, VariantRef
@@ -320,6 +320,12 @@ class LiveSession:
         view = routed.for_role(role)
         planned = self._planned_roles[variant.id]
         shimmed = deployment.runner.is_cpu and AMX_NOTE in view.log_tail(100_000)
+        shape = deployment.topology.describe(deployment.launch.tp_size) if deployment.topology else ""
+        where = f"Slurm job {view.allocation.job_id}" if view.allocation else "local processes"
+        served = (
+            f"topology: {shape} behind sglang-router {router_version()} ({where}); every worker's "
+            f"/server_info checked alike; its batch log lines read from {view.stand_in.name}"
+        )
         return RunningVariant(
             deployment,
             variant,
@@ -331,7 +337,7 @@ class LiveSession:
             planned.check,
             planned.python,
             deployment.hf_config(),
-            server_notes=(AMX_NOTE,) if shimmed else (),
+            server_notes=(served, AMX_NOTE) if shimmed else (served,),
             decode_log_interval=planned.interval,
             # Read at every worker and added up (sglperf.measure.server_scrape.WorkersScraper): the router serves
             # none of theirs.

@@ -327,8 +327,7 @@ class Measurement:
         roof, roof_note = self._roofline(samples)
         notes = ([regression.DUMMY_NOTE] if prov.dummy_weights else []) + verdict.notes + batch_notes
         source = NumbersSource.of(emulated=running.facts.emulated, device=running.facts.device)
-        if source is NumbersSource.CPU_SERVER:
-            notes[:0] = [CPU_NOTE, *running.server_notes]
+        notes[:0] = [*([CPU_NOTE] if source is NumbersSource.CPU_SERVER else []), *running.server_notes]
         if host is not None and (dropped := host.note()):
             notes.append(dropped)
         if gpu_summary is not None and (dropped := gpu_summary.note()):
