@@ -95,6 +95,24 @@ def cmd_upgrade_check(args: argparse.Namespace) -> int:
     return EXIT_CHECK_FAILED if outcome.report.breaking else 0
 
 
+def cmd_manifests(args: argparse.Namespace) -> int:
+    import yaml
+
+    class _NoAliases(yaml.SafeDumper):
+        """Each object written out whole (no &id001 / *id001): manifests are read by people."""
+
+        def ignore_aliases(self, data: object) -> bool:
+            return True
+
+    from sglperf.commands import manifests, resolve
+
+    found = resolve.deployments(args.deployments or [DEFAULT_DEPLOYMENTS])
+    objects = manifests.render(found, _python(args), args.variant, args.image, args.namespace, _say)
+    print(yaml.dump_all(objects, Dumper=_NoAliases, sort_keys=False), end="")
+    _say(f"{len(objects)} objects rendered, none applied (review them, then: kubectl apply -f FILE)")
+    return 0
+
+
 def cmd_bisect(args: argparse.Namespace) -> int:
     from sglperf.commands import bisect
     from sglperf.reporting import bisect as bisect_text
@@ -383,6 +401,17 @@ def build_parser() -> argparse.ArgumentParser:
     add_to_command(p, HISTORY_STORE)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_bisect)
+
+    p = sub.add_parser(
+        "manifests",
+        help="a deployment's [topology] as Kubernetes LeaderWorkerSet manifests (a dry run: printed, never applied)",
+    )
+    _deployment_arguments(p)
+    p.add_argument("--variant", help="the variant to render (default: each deployment's first)")
+    p.add_argument("--image", required=True, help="the SGLang container image, e.g. lmsysorg/sglang:v0.5.23")
+    p.add_argument("--namespace", default="default", help="the namespace the objects go in (default: default)")
+    _interpreter_options(p)
+    p.set_defaults(func=cmd_manifests)
 
     p = sub.add_parser("baseline", help="read stored baselines")
     p.add_argument("action", choices=["show", "diff"])

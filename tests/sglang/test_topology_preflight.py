@@ -11,6 +11,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import yaml
+
 from ..support.project import ROOT, SGLPERF, SglangPython
 
 LLAMA = ROOT / "tests" / "data" / "hf-configs" / "Llama-3.1-8B-Instruct" / "config.json"
@@ -108,3 +110,41 @@ def test_each_role_is_spelled_with_its_own_flags(sglang_python: SglangPython, tm
         )
         assert proc.returncode != 0
         assert f"{flag} is not yours to set: " in proc.stdout + proc.stderr and why in proc.stdout + proc.stderr
+
+
+def test_the_manifests_spell_each_role_as_the_release_does(sglang_python: SglangPython, tmp_path: Path) -> None:
+    """`sglperf manifests`: one LeaderWorkerSet per role (instances as replicas, nodes as the group's size),
+    each role's argv as the release accepts it, the router finding the leaders by their labels."""
+    path = tmp_path / "pd.toml"
+    # 2 decode instances of 2 nodes each, and the prefill server's node: 5 nodes of the pool.
+    path.write_text(
+        PD_DEPLOYMENT.replace("nodes = 2\n", "nodes = 5\n").replace(
+            '{ name = "decode", kind = "decode", instances = 2 }',
+            '{ name = "decode", kind = "decode", instances = 2, tp_size = 2, nodes = 2 }',
+        )
+    )
+    proc = subprocess.run(
+        [SGLPERF, "manifests", str(path), "--sglang-python", sglang_python("0.5.16"), "--image", "sglang:test"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr
+    objects = list(yaml.safe_load_all(proc.stdout))
+    lws = {o["metadata"]["name"]: o for o in objects if o["kind"] == "LeaderWorkerSet"}
+    assert sorted(lws) == ["pd-defaults-decode", "pd-defaults-prefill"]
+    decode = lws["pd-defaults-decode"]["spec"]
+    assert decode["replicas"] == 2 and decode["leaderWorkerTemplate"]["size"] == 2
+    worker = decode["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]
+    command = worker["command"]
+    assert command[command.index("--disaggregation-mode") + 1] == "decode"
+    assert command[command.index("--node-rank") + 1] == "$(LWS_WORKER_INDEX)"
+    assert command[command.index("--dist-init-addr") + 1] == "$(LWS_LEADER_ADDRESS):20000"
+    assert worker["resources"]["limits"]["nvidia.com/gpu"] == 1  # tp 2 over 2 nodes
+    prefill = lws["pd-defaults-prefill"]["spec"]["leaderWorkerTemplate"]["leaderTemplate"]
+    assert prefill["metadata"]["annotations"] == {"sglang.ai/bootstrap-port": "8998"}
+    router = next(o for o in objects if o["kind"] == "Deployment")
+    argv = router["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert "--pd-disaggregation" in argv and "--prefill-selector" in argv and "--decode-selector" in argv
+    assert {o["kind"] for o in objects} >= {"ServiceAccount", "Role", "RoleBinding", "Service"}
+    assert "none applied" in proc.stderr

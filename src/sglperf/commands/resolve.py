@@ -37,7 +37,7 @@ def deployments(
     return found
 
 
-def _resolver(
+def resolver_for(
     deployment: Deployment, python: str, progress: Progress, pool: WorkerPool | None = None
 ) -> preflight.Resolver:
     """The resolver for a deployment's runner (a CPU runner: its release's CPU environment); with ``pool``,
@@ -73,7 +73,7 @@ def check_release(
     pool = WorkerPool()  # one SGLang import for the deployments of a GPU model, not one each
     try:
         for deployment in found:
-            resolver = _resolver(deployment, python, progress, pool)
+            resolver = resolver_for(deployment, python, progress, pool)
             release = resolver.release()
             version, parser = release.version, release.parser
             checks += preflight.check(deployment, resolver, variants)
@@ -100,7 +100,7 @@ def explain_variants(
             ids = [v.id for v in deployment.variants if not variants or v.id in variants]
             if (against and against not in {v.id for v in deployment.variants}) or not ids:
                 continue  # --against names another deployment's variant, or none of this one's is asked for
-            explanations += explain(deployment, _resolver(deployment, python, progress, pool), ids, against)
+            explanations += explain(deployment, resolver_for(deployment, python, progress, pool), ids, against)
     finally:
         pool.close()
     if not explanations:
