@@ -177,13 +177,18 @@ def test_replicas_as_slurm_steps_are_measured_and_a_killed_step_ends_the_run(
         assert record.summary["decode_tok_s"].median > 0
         # One replica's server dies under slurmstepd: Slurm leaves the other step running; sglperf cancels the job.
         port = routed.workers[1].server.base_url.rsplit(":", 1)[1]
-        victim = next(p for p in _sglang_servers(models) if f"--port {port}" in " ".join(p.cmdline()))
+        victim = next(
+            p
+            for p in _sglang_servers(models)
+            if f"--port {port}" in " ".join(p.cmdline()) and p.cmdline()[0] != "srun"  # the server, not its client
+        )
         victim.kill()
         deadline = time.monotonic() + 120
         while routed.failure() is None and time.monotonic() < deadline:
             time.sleep(0.5)
         failure = routed.failure()
         assert failure is not None and f"job {job}" in failure and "replica-1" in failure, failure
+        print(failure)  # docs/scale-out.md quotes it
         with pytest.raises(server.ServerStartError) as raised:
             live.running(deployment, variant)
         assert str(raised.value) == failure and "\n" not in failure

@@ -113,6 +113,7 @@ def test_each_role_is_spelled_with_its_own_flags(sglang_python: SglangPython, tm
 
 
 def test_the_manifests_spell_each_role_as_the_release_does(sglang_python: SglangPython, tmp_path: Path) -> None:
+    sglang_python("0.5.16")
     """`sglperf manifests`: one LeaderWorkerSet per role (instances as replicas, nodes as the group's size),
     each role's argv as the release accepts it, the router finding the leaders by their labels."""
     path = tmp_path / "pd.toml"
@@ -124,7 +125,7 @@ def test_the_manifests_spell_each_role_as_the_release_does(sglang_python: Sglang
         )
     )
     proc = subprocess.run(
-        [SGLPERF, "manifests", str(path), "--sglang-python", sglang_python("0.5.16"), "--image", "sglang:test"],
+        [SGLPERF, "manifests", str(path), "--sglang-version", "0.5.16", "--image", "sglang:test"],
         capture_output=True,
         text=True,
         timeout=900,

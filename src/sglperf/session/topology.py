@@ -90,7 +90,9 @@ class RoutedServers:
         worker or the router exited); None: up."""
         if self.watch is not None and self.watch.failure:
             return self.watch.failure
-        for name, process in [(w.name, w.server) for w in self.workers] + [("the router", self.router)]:
+        # A step's srun client exits when its step ends: the watch says so, once it has cancelled the job.
+        workers = [] if self.watch is not None else [(w.name, w.server) for w in self.workers]
+        for name, process in [*workers, ("the router", self.router)]:
             if isinstance(process, server.Server) and (code := process.proc.poll()) is not None:
                 return (
                     f"{name} exited under the run ({describe_exit(code)}): the deployment is stopped; "
