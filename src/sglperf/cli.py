@@ -61,10 +61,18 @@ def cmd_preflight(args: argparse.Namespace) -> int:
 
     started = time.perf_counter()
     found = resolve.deployments(args.deployments or [DEFAULT_DEPLOYMENTS], args.variant)
-    verdicts = resolve.check_release(found, _python(args), args.variant, _say).verdicts
+    checked = resolve.check_release(found, _python(args), args.variant, _say)
+    verdicts = checked.verdicts
     print(verdict_json(verdicts) if args.json else verdict_table(verdicts))
+    # A multi-node role's ranks: not an intent's verdict, said beside the table (stderr under --json).
+    ranks = [(c, c.rank_drift) for c in checked.checks if c.rank_drift is not None]
+    for check, drift in ranks:
+        where = f"{check.deployment.key}/{check.variant.id}"
+        line = f"{where}: ranks differ: {'; '.join(drift)}" if drift else f"{where}: every rank resolves alike"
+        print(line, file=sys.stderr if args.json else sys.stdout)
     _say(f"preflight took {time.perf_counter() - started:.1f} s")
-    return EXIT_CHECK_FAILED if any(v.status.failed for v in verdicts) else 0
+    failed = any(v.status.failed for v in verdicts) or any(drift for _, drift in ranks)
+    return EXIT_CHECK_FAILED if failed else 0
 
 
 def cmd_explain(args: argparse.Namespace) -> int:

@@ -149,3 +149,28 @@ def test_the_manifests_spell_each_role_as_the_release_does(sglang_python: Sglang
     assert "--pd-disaggregation" in argv and "--prefill-selector" in argv and "--decode-selector" in argv
     assert {o["kind"] for o in objects} >= {"ServiceAccount", "Role", "RoleBinding", "Service"}
     assert "none applied" in proc.stderr
+
+
+def test_every_rank_of_a_multi_node_role_is_resolved_and_compared(sglang_python: SglangPython, tmp_path: Path) -> None:
+    """A decode instance of tp 2 over 2 nodes: rank 1 resolved with its own --node-rank, compared with rank 0."""
+    sglang_python("0.5.23")
+    path = tmp_path / "pd.toml"
+    path.write_text(
+        PD_DEPLOYMENT.replace("nodes = 2\n", "nodes = 3\n").replace(
+            '{ name = "decode", kind = "decode", instances = 2 }',
+            '{ name = "decode", kind = "decode", tp_size = 2, nodes = 2 }',
+        )
+    )
+    proc = subprocess.run(
+        [SGLPERF, "preflight", str(path), "--sglang-version", "0.5.23"], capture_output=True, text=True, timeout=900
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "pd/defaults.decode: every rank resolves alike" in proc.stdout.splitlines()
+    explained = subprocess.run(
+        [SGLPERF, "explain", str(path), "--sglang-version", "0.5.23", "--variant", "defaults.decode"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    argv = next(ln for ln in explained.stdout.splitlines() if ln.startswith("  argv:"))
+    assert "--nnodes 2 --node-rank 0 --dist-init-addr 127.0.0.1:20000" in argv, argv

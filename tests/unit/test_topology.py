@@ -11,9 +11,11 @@ from hypothesis import strategies as st
 
 from sglperf.model.deployment_file import DeploymentError, load
 from sglperf.model.graph_coverage import graph_needs
+from sglperf.model.resolution import Resolution, SGLangError
 from sglperf.model.server_facts import ServerFacts
 from sglperf.model.server_metrics import combined_series
 from sglperf.model.topology import _nodes_for, batch_per_worker
+from sglperf.preflight.check import rank_drift
 from sglperf.runtime import router
 from sglperf.runtime.attach import AttachedServer
 from sglperf.session.topology import TopologyWorker, role_drift
@@ -177,3 +179,18 @@ def test_the_workers_metrics_add_up_and_their_gauges_keep_the_extremes() -> None
         "sglang:num_running_reqs:max": 2.0,
         "sglang:num_running_reqs:min": 0.0,
     }
+
+
+def _resolved(**effective: object) -> Resolution:
+    return Resolution((), {}, dict(effective))
+
+
+def test_a_rank_that_resolves_differently_is_named_with_the_field() -> None:
+    rank0 = _resolved(node_rank=0, dist_init_addr="127.0.0.1:20000", max_running_requests=64)
+    alike = _resolved(node_rank=1, dist_init_addr="127.0.0.1:20000", max_running_requests=64)
+    assert rank_drift(rank0, []) is None  # a single-node instance: nothing to compare
+    assert rank_drift(rank0, [alike]) == []
+    other = _resolved(node_rank=1, max_running_requests=32, dist_init_addr="127.0.0.1:20000")
+    assert rank_drift(rank0, [alike, other]) == ["rank 2: max_running_requests = 32, rank 0: 64"]
+    refused = Resolution((), {}, None, error=SGLangError("ValueError", "node_rank out of range\ntraceback"))
+    assert rank_drift(rank0, [refused]) == ["rank 1: SGLang refuses it: node_rank out of range"]

@@ -94,6 +94,11 @@ class VariantNode(pytest.Collector):
             yield PreflightItem.from_parent(
                 self, name=f"{d.key}-{variant.id}-{intent}", deployment=d, variant_id=variant.id, intent=intent
             )
+        role = d.role_of(variant)
+        if role is not None and role.nodes > 1:
+            yield RanksItem.from_parent(
+                self, name=f"{d.key}-{variant.id}-ranks", deployment=d, variant_id=variant.id, intent=""
+            )
         for intent in expectations:
             yield LiveItem.from_parent(
                 self, name=f"{d.key}-{variant.id}-{intent}-live", deployment=d, variant_id=variant.id, intent=intent
@@ -227,6 +232,20 @@ class PreflightItem(SglperfItem):
     def effective_config(self) -> Mapping[str, Any] | None:
         resolution = self.config.stash[PREFLIGHT_KEY].check(self.deployment, self.variant_id).resolution
         return resolution.effective if resolution is not None else None
+
+
+class RanksItem(SglperfItem):
+    """A multi-node role's ranks resolve alike: every rank of an instance is resolved with its own rank flags
+    and compared with rank 0 (`sglperf.preflight.check.rank_drift`)."""
+
+    tier = "preflight"
+
+    def runtest(self) -> None:
+        check = self.config.stash[PREFLIGHT_KEY].check(self.deployment, self.variant_id)
+        if check.resolution is None:
+            raise _skip(f"{self.name}: rank 0 was not resolved, so there is nothing to compare the ranks with")
+        if check.rank_drift:
+            raise ItemFailure(f"{self.name}: ranks resolve differently: " + "; ".join(check.rank_drift))
 
 
 class LiveTierItem(SglperfItem):

@@ -25,6 +25,7 @@ from sglperf.sglang.intents import (
     Intent,
     IntentNotExpressible,
 )
+from sglperf.sglang.server_api import RANK_SPECIFIC_FIELDS
 
 
 @dataclass
@@ -36,6 +37,9 @@ class VariantCheck:
     launch: LaunchPlan | None
     resolution: Resolution | None
     verdicts: list[Verdict] = field(default_factory=list)
+    # A multi-node role: how ranks 1.. resolve differently from rank 0, one line each (empty: the same); None for
+    # a single-node variant, where there is nothing to compare.
+    rank_drift: list[str] | None = None
 
 
 def check(deployment: Deployment, resolver: Resolves, variant_ids: Sequence[str] | None = None) -> list[VariantCheck]:
@@ -63,7 +67,7 @@ def judge_variant(resolved: ResolvedVariant, parser: ParserInfo) -> VariantCheck
     hf_config = deployment.hf_config()
     architectures = deployment.architectures
     own = ParsedArgv(launch.argv, parser)
-    c = VariantCheck(deployment, variant, launch, resolution)
+    c = VariantCheck(deployment, variant, launch, resolution, rank_drift=rank_drift(resolution, resolved.ranks))
     for name, expected in expectations.items():
         intent = INTENTS[name]
         unasked = resolved.unasked.get(name)
@@ -222,3 +226,22 @@ def _sglang_says(intent: Intent, resolution: Resolution) -> str:
         if line.level in REASON_LEVELS and is_about(intent, line.message)
     ]
     return said[0][:240] if said else ""
+
+
+def rank_drift(rank0: Resolution, others: Sequence[Resolution]) -> list[str] | None:
+    """What ranks 1.. of a multi-node instance resolve differently from rank 0 (their own rank, rendezvous and
+    addresses aside): every rank must decide alike, or the instance runs mismatched collectives."""
+    if not others:
+        return None
+    lines = []
+    ours = rank0.effective or {}
+    for rank, resolution in enumerate(others, start=1):
+        if resolution.effective is None:
+            why = resolution.error.message.splitlines()[0] if resolution.error else "no effective config"
+            lines.append(f"rank {rank}: SGLang refuses it: {why}")
+            continue
+        theirs = resolution.effective
+        for name in sorted((set(ours) | set(theirs)) - RANK_SPECIFIC_FIELDS):
+            if ours.get(name) != theirs.get(name):
+                lines.append(f"rank {rank}: {name} = {theirs.get(name)!r}, rank 0: {ours.get(name)!r}"[:300])
+    return lines

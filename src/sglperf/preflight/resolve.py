@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from sglperf.model.deployment import Deployment, Variant
 from sglperf.model.resolution import Resolution
 from sglperf.sglang.argv import Release
-from sglperf.sglang.flags import SKIP_TOKENIZER_FLAG, FlagError, LaunchPlan, launch_plan
+from sglperf.sglang.flags import SKIP_TOKENIZER_FLAG, FlagError, LaunchPlan, launch_plan, rank_flags
 
 PREFLIGHT_FLAGS = (SKIP_TOKENIZER_FLAG,)  # preflight has config.json only, no tokenizer files
 
@@ -43,6 +43,9 @@ class ResolvedVariant:
     # The variant resolved without each of its boolean requests: where SGLang then decides otherwise, the
     # request overrides one of SGLang's own rules (check quotes the rule as a caveat).
     unasked: Mapping[str, Resolution] = field(default_factory=dict)
+    # A multi-node role's ranks 1.. as the release resolves them (``resolution`` is rank 0's): each must decide
+    # what rank 0 decides.
+    ranks: tuple[Resolution, ...] = ()
 
 
 def config_digest(deployment: Deployment) -> str:
@@ -78,7 +81,8 @@ def resolve_variants(
     model_dir = str(deployment.config_path.parent)
 
     def plan(variant: Variant) -> LaunchPlan:
-        return launch_plan(deployment, variant, parser, model_dir, architectures, on_runner=False)
+        launch = launch_plan(deployment, variant, parser, model_dir, architectures, on_runner=False)
+        return replace(launch, argv=(*launch.argv, *_rank(deployment, variant, 0)))
 
     planned: list[tuple[Variant, LaunchPlan | None, str | None]] = []
     for variant in deployment.variants:
@@ -94,7 +98,15 @@ def resolve_variants(
         if launch is not None and without_requests
         for name, without in _without_each_request(variant, plan)
     ]
+    # Ranks 1.. of a multi-node role: rank 0's argv with its own rank.
+    rank_jobs = [
+        (variant.id, replace(launch, argv=(*launch.argv[: len(launch.argv) - len(flags)], *flags)))
+        for variant, launch, _ in planned
+        if launch is not None
+        for flags in (_rank(deployment, variant, r) for r in range(1, _nodes(deployment, variant)))
+    ]
     launches = [launch for _, launch, _ in planned if launch is not None] + [p for _, _, p in unasked]
+    launches += [p for _, p in rank_jobs]
     answers = iter(
         resolver.resolve([((*p.argv, *PREFLIGHT_FLAGS), p.env) for p in launches], salt=config_digest(deployment))
     )
@@ -102,7 +114,33 @@ def resolve_variants(
     without_each: dict[str, dict[str, Resolution]] = {}
     for variant_id, name, _ in unasked:
         without_each.setdefault(variant_id, {})[name] = next(answers)
+    ranks: dict[str, list[Resolution]] = {}
+    for variant_id, _ in rank_jobs:
+        ranks.setdefault(variant_id, []).append(next(answers))
     return [
-        ResolvedVariant(deployment, variant, launch, resolved.get(variant.id), error, without_each.get(variant.id, {}))
+        ResolvedVariant(
+            deployment,
+            variant,
+            launch,
+            resolved.get(variant.id),
+            error,
+            without_each.get(variant.id, {}),
+            tuple(ranks.get(variant.id, ())),
+        )
         for variant, launch, error in planned
     ]
+
+
+# Where a multi-node instance's ranks meet, as preflight spells it (the launcher picks the real address).
+PREFLIGHT_RENDEZVOUS = "127.0.0.1:20000"
+
+
+def _nodes(deployment: Deployment, variant: Variant) -> int:
+    role = deployment.role_of(variant)
+    return role.nodes if role else 1
+
+
+def _rank(deployment: Deployment, variant: Variant, rank: int) -> list[str]:
+    """The launcher's flags for one rank of the variant's role; none for a single-node instance."""
+    nodes = _nodes(deployment, variant)
+    return rank_flags(nodes, str(rank), PREFLIGHT_RENDEZVOUS) if nodes > 1 else []

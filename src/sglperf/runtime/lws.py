@@ -16,14 +16,7 @@ from typing import Any
 
 from sglperf.model.topology import Role
 from sglperf.runtime.router import PD_FLAG, POLICY_FLAG, ROUTER_MODULE
-from sglperf.sglang.flags import (
-    BOOTSTRAP_PORT_FLAG,
-    DIST_INIT_FLAG,
-    HOST_FLAG,
-    NNODES_FLAG,
-    NODE_RANK_FLAG,
-    PORT_FLAG,
-)
+from sglperf.sglang.flags import BOOTSTRAP_PORT_FLAG, HOST_FLAG, PORT_FLAG, rank_flags
 from sglperf.sglang.server_api import LAUNCH_MODULE
 
 LWS_API = "leaderworkerset.x-k8s.io/v1"
@@ -82,8 +75,7 @@ def _container(launch: RoleLaunch, image: str, rank: str) -> dict[str, Any]:
     role = launch.role
     argv = [*launch.argv, HOST_FLAG, "0.0.0.0", PORT_FLAG, str(SERVER_PORT)]
     if role.nodes > 1:
-        argv += [NNODES_FLAG, str(role.nodes), NODE_RANK_FLAG, rank]
-        argv += [DIST_INIT_FLAG, f"$(LWS_LEADER_ADDRESS):{RENDEZVOUS_PORT}"]
+        argv += rank_flags(role.nodes, rank, f"$(LWS_LEADER_ADDRESS):{RENDEZVOUS_PORT}")
     if role.kind == "prefill":
         argv += [BOOTSTRAP_PORT_FLAG, str(BOOTSTRAP_PORT)]
     container: dict[str, Any] = {

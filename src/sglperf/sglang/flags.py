@@ -186,6 +186,11 @@ def launch_plan(
     return LaunchPlan(deployment.key, variant.id, parser.version, tuple(argv), env, tuple(warnings))
 
 
+def rank_flags(nodes: int, rank: str, rendezvous: str) -> list[str]:
+    """What the launcher gives one rank of a multi-node instance: the node count, its rank, where ranks meet."""
+    return [NNODES_FLAG, str(nodes), NODE_RANK_FLAG, rank, DIST_INIT_FLAG, rendezvous]
+
+
 def role_flags(deployment: Deployment, variant: Variant, parser: ParserInfo, where: str) -> list[str]:
     """What the variant's role in the topology adds: its disaggregation mode and data-parallel size."""
     role = deployment.role_of(variant)
