@@ -11,6 +11,7 @@ from sglperf.commands import UsageError
 from sglperf.commands.resolve import resolver_for
 from sglperf.model.deployment import Deployment
 from sglperf.model.progress import Progress, silent
+from sglperf.model.topology import role_variant_id
 from sglperf.runtime.lws import RoleLaunch, manifests
 from sglperf.sglang.flags import launch_plan
 
@@ -41,7 +42,7 @@ def render(
         served = os.path.expandvars(deployment.model.served_path)
         launches = []
         for role in topology.roles:
-            role_variant = deployment.variant(f"{base}.{role.name}")
+            role_variant = deployment.variant(role_variant_id(base, role.name))
             plan = launch_plan(deployment, role_variant, parser, served, deployment.architectures)
             per_node = (
                 0 if deployment.runner.is_cpu else role.gpus_per_instance(deployment.launch.tp_size) // role.nodes

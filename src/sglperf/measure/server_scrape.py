@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -59,26 +59,7 @@ class RoundScraper:
 
     async def around(self, work: Awaitable[T]) -> T:
         """Read before ``work``, every ``interval_s`` while it runs, and after it; ``work``'s result."""
-
-        done = False
-
-        async def sample() -> None:
-            # Until told, not only until cancelled: Python 3.11's wait_for (in read) swallows a cancel that
-            # arrives as its request is answered, and a `while True` then read on and the round never ended.
-            while not done:
-                await asyncio.sleep(self.watch.interval_s)
-                await self.read()
-
-        await self.read()
-        sampler = asyncio.create_task(sample())
-        try:
-            result = await work
-        finally:
-            done = True
-            sampler.cancel()
-            await asyncio.gather(sampler, return_exceptions=True)
-        await self.read()
-        return result
+        return await _sampled(self.read, self.watch.interval_s, work)
 
     def take_round(self) -> dict[str, float] | None:
         """The round's series from its readings (then forgotten); None when the server stopped answering."""
@@ -117,26 +98,10 @@ class WorkersScraper:
         return sum(s.scrapes for s in self.scrapers)
 
     async def around(self, work: Awaitable[T]) -> T:
-        async def all_of(method: str) -> None:
-            await asyncio.gather(*(getattr(s, method)() for s in self.scrapers))
+        async def read_all() -> None:
+            await asyncio.gather(*(s.read() for s in self.scrapers))
 
-        await all_of("read")
-        done = False
-
-        async def sample() -> None:
-            while not done:  # as RoundScraper.around: until told
-                await asyncio.sleep(self.scrapers[0].watch.interval_s)
-                await all_of("read")
-
-        sampler = asyncio.create_task(sample())
-        try:
-            result = await work
-        finally:
-            done = True
-            sampler.cancel()
-            await asyncio.gather(sampler, return_exceptions=True)
-        await all_of("read")
-        return result
+        return await _sampled(read_all, self.scrapers[0].watch.interval_s, work)
 
     def take_round(self) -> dict[str, float] | None:
         rounds = [s.take_round() for s in self.scrapers]
@@ -147,3 +112,26 @@ class WorkersScraper:
     def forget_round(self) -> None:
         for s in self.scrapers:
             s.forget_round()
+
+
+async def _sampled(read: Callable[[], Awaitable[None]], interval_s: float, work: Awaitable[T]) -> T:
+    """``read`` before ``work``, every ``interval_s`` while it runs, and after it; ``work``'s result."""
+    done = False
+
+    async def sample() -> None:
+        # Until told, not only until cancelled: Python 3.11's wait_for (in read) swallows a cancel that
+        # arrives as its request is answered, and a `while True` then read on and the round never ended.
+        while not done:
+            await asyncio.sleep(interval_s)
+            await read()
+
+    await read()
+    sampler = asyncio.create_task(sample())
+    try:
+        result = await work
+    finally:
+        done = True
+        sampler.cancel()
+        await asyncio.gather(sampler, return_exceptions=True)
+    await read()
+    return result

@@ -272,6 +272,12 @@ class LiveSession:
     def _start_topology(self, deployment: Deployment, variant: Variant) -> topology.RoutedServers:
         """Every role's instances and the router in front (sglperf.session.topology); on a GPU runner each
         instance on GPUs of its own."""
+        wide = [r.name for r in _topology_roles(deployment) if r.nodes > 1]
+        if wide:
+            raise LiveSkip(
+                f"{deployment.key}: role(s) {', '.join(wide)} span several nodes: preflight resolves every rank, "
+                "but launching a multi-node instance is not built yet (docs/scale-out.md)"
+            )
         self._planned_roles = {}
 
         def spec_for(role_variant: Variant, name: str) -> server.ServerSpec:
@@ -280,12 +286,6 @@ class LiveSession:
             return planned.spec
 
         launches = topology.worker_launches(deployment, variant, spec_for)
-        wide = [r.name for r in _topology_roles(deployment) if r.nodes > 1]
-        if wide:
-            raise LiveSkip(
-                f"{deployment.key}: role(s) {', '.join(wide)} span several nodes: preflight resolves the role, "
-                "but launching a multi-node instance is not built yet (docs/scale-out.md)"
-            )
         if not deployment.runner.is_cpu and deployment.runner.launcher == "local":
             launches = [self._with_gpus(deployment, launch) for launch in launches]
         try:

@@ -20,11 +20,12 @@ from sglperf.model.deployment import Deployment, Variant
 from sglperf.model.process_exit import describe_exit
 from sglperf.model.progress import Progress
 from sglperf.model.server_facts import ServerFacts
-from sglperf.model.topology import Role, Topology
+from sglperf.model.topology import Role, Topology, role_variant_id
 from sglperf.runtime import router as sglang_router
 from sglperf.runtime import server, server_info, server_ledger
 from sglperf.runtime.attach import AttachedServer
 from sglperf.runtime.slurm import SlurmAllocation, SlurmError, StepWatch, slurm_problem, step_daemons
+from sglperf.sglang.argv import ParsedArgv
 from sglperf.sglang.flags import BOOTSTRAP_PORT_FLAG
 from sglperf.sglang.server_api import RANK_SPECIFIC_FIELDS
 
@@ -37,6 +38,7 @@ class TopologyWorker:
     name: str
     server: server.Server | AttachedServer
     facts: ServerFacts
+    bootstrap_port: int | None = None  # a prefill server's, as launched (the router hands it to the decode side)
 
 
 class RoutedServers:
@@ -162,7 +164,7 @@ def worker_launches(
     base = variant.base or variant.id
     launches = []
     for role in topology.roles:
-        role_variant = deployment.variant(f"{base}.{role.name}")
+        role_variant = deployment.variant(role_variant_id(base, role.name))
         for index in range(role.instances):
             name = f"{deployment.key}-{base}-{role.name}-{index}"
             spec = spec_for(role_variant, name)
@@ -203,7 +205,9 @@ def start_topology(
         for launch, worker in started:
             seconds = worker.wait_healthy(progress)
             progress(f"{launch.name}: healthy after {seconds:.1f} s at {worker.base_url}")
-            workers.append(TopologyWorker(launch.role.name, launch.name, worker, _facts(worker)))
+            bootstrap = ParsedArgv(launch.spec.argv).find(BOOTSTRAP_PORT_FLAG)
+            port = int(bootstrap.value) if bootstrap is not None and bootstrap.value else None
+            workers.append(TopologyWorker(launch.role.name, launch.name, worker, _facts(worker), port))
         if drift := role_drift(tuple(workers)):
             raise server.ServerStartError(f"{deployment.key}-{base}: ranks of one role differ: {drift[0]}")
         plan = router_plan(topology, workers)
@@ -230,11 +234,7 @@ def start_topology(
 def router_plan(topology: Topology, workers: list[TopologyWorker]) -> sglang_router.RouterPlan:
     kinds = {r.name: r.kind for r in topology.roles}
     regular = tuple(w.server.base_url for w in workers if kinds[w.role] == "replica")
-    prefill = tuple(
-        (w.server.base_url, int(w.facts.effective.get("disaggregation_bootstrap_port", 8998)))
-        for w in workers
-        if kinds[w.role] == "prefill"
-    )
+    prefill = tuple((w.server.base_url, w.bootstrap_port or 0) for w in workers if kinds[w.role] == "prefill")
     decode = tuple(w.server.base_url for w in workers if kinds[w.role] == "decode")
     return sglang_router.RouterPlan(regular, prefill, decode, topology.router_policy)
 
@@ -251,6 +251,11 @@ def attach_topology(
     workers = []
     for i, found in enumerate(listed):
         role_name = roles.get(found.role_kind)
+        if not found.healthy:
+            raise server.ServerStartError(
+                f"--sglang-url {url}: the router counts worker {found.url} unhealthy: a measurement through it "
+                "would go round that worker; bring it back or check the deployment as it is without it"
+            )
         if role_name is None:
             raise server.ServerStartError(
                 f"--sglang-url {url}: the router fronts a {found.role_kind} worker ({found.url}), which "
