@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from sglperf.results import folder as results_folder
+from sglperf.runtime import gpus
 
 from ..support.emulator_runs import FAST
 from ..support.project import ROOT, SGLPERF, SglangPython
@@ -85,8 +86,10 @@ def test_preflight_holds_each_replica_to_its_share_of_the_batch(sglang_python: S
 
 @pytest.mark.quiet_host
 def test_two_emulated_replicas_behind_the_router_are_checked_and_measured(
-    sglang_python: SglangPython, tmp_path: Path
+    sglang_python: SglangPython, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The run simulates its runner's GPUs itself; another test of this xdist worker may have left its own.
+    monkeypatch.delenv(gpus.SIMULATED_ENV, raising=False)
     path = _deployment(tmp_path, "two", REPLICAS)
     results = tmp_path / "results"
     proc = subprocess.run(
