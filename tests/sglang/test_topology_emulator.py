@@ -124,3 +124,61 @@ def test_two_emulated_replicas_behind_the_router_are_checked_and_measured(
     for log in logs:
         running = [int(n) for n in re.findall(r"#running-req: (\d+)", log.read_text())]
         assert running and 0 < max(running) <= 32, (log.name, max(running, default=None))
+
+
+PD = """
+[topology]
+roles = [
+  { name = "prefill", kind = "prefill", expect = { decode_cuda_graph = false } },
+  { name = "decode", kind = "decode", expect = { decode_cuda_graph = true } },
+]
+"""
+
+
+@pytest.mark.quiet_host
+def test_prefill_and_decode_emulated_behind_the_router_in_pd_mode(
+    sglang_python: SglangPython, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The router in PD mode, each prefill server with the bootstrap port sglperf chose, each role judged on its
+    own server: SGLang's role rule turns the prefill server's decode graph off. The emulator's numbers say
+    nothing of PD (it transfers no KV cache): only that the path runs is asserted."""
+    monkeypatch.delenv(gpus.SIMULATED_ENV, raising=False)
+    path = _deployment(tmp_path, "pd", PD).read_text()
+    deployment = tmp_path / "deployments" / "pd.toml"
+    # One decode server runs the whole batch: 16, within the 32 an L40S captures (64 would decode eager).
+    text = path.replace("decode_cuda_graph = true\n\n[[variants]]", "\n[[variants]]", 1)
+    deployment.write_text(text.replace("concurrency = [64]", "concurrency = [16]"))
+    results = tmp_path / "results"
+    proc = subprocess.run(
+        [
+            str(Path(SGLPERF).with_name("pytest")),
+            str(deployment),
+            f"--sglang-python={sglang_python('0.5.23')}",
+            "--emulator",
+            f"--emulator-config={json.dumps(FAST)}",
+            f"--baselines-dir={tmp_path / 'baselines'}",
+            f"--results-dir={results}",
+            "--update-baselines",
+            "-p",
+            "no:cacheprovider",
+            "-rA",
+            QUIET_WAIT,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=600,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    # Both roles' items on one start of the topology (it stops after the last role's item only).
+    (router,) = [ln for ln in out.splitlines() if "sglang_router.launch_router" in ln]
+    prefill_port = re.search(r"--prefill (\S+) (\d+)", router)
+    assert prefill_port is not None and "--pd-disaggregation" in router and "--decode " in router, router
+    prefill_log = (results / "servers" / "pd-defaults-prefill-0.log").read_text()
+    head = prefill_log.splitlines()[0]
+    assert f"--disaggregation-bootstrap-port {prefill_port.group(2)} " in head, (router, head)  # the router was told
+    for item in ("pd-defaults.prefill-decode_cuda_graph-live", "pd-defaults.decode-decode_cuda_graph-live"):
+        assert f"PASSED {item}" in out or f"PASSED deployments/pd.toml::defaults::{item}" in out, item
+    (record,) = results_folder.collect(results).measurements
+    assert record.key == "pd-defaults.decode-decode-chat-c16"

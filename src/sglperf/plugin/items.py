@@ -188,7 +188,10 @@ class SglperfItem(pytest.Item):
 
     @property
     def variant_key(self) -> tuple[str, str]:
-        return (str(self.deployment.path.resolve()), self.variant_id)
+        """Which server the item needs: its variant's, or for a role variant ("plain.prefill") its topology's,
+        which every role of the variant shares (stopped only after the last of them)."""
+        variant = self.deployment.variant(self.variant_id)
+        return (str(self.deployment.path.resolve()), variant.base or variant.id)
 
     def effective_config(self) -> Mapping[str, Any] | None:
         """The variant's whole effective config as this tier saw it (None: it has none)."""

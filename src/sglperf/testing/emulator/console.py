@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+import threading
 import time
 
 BANNER = (
@@ -11,9 +13,16 @@ BANNER = (
 READY_LINE = "The server is fired up and ready to roll!"
 
 
+_WRITING = threading.Lock()
+
+
 def log(message: str, rank: bool = False) -> None:
+    """One whole line at a time: print() writes a line and its end apart, and two request threads then ran
+    their lines together ('...#queue-req: 0[2026-12-07 19:02:36] Prefill batch, ...'), which no reader parses."""
     stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-    print(f"[{stamp}{' TP0' if rank else ''}] {message}", flush=True)
+    with _WRITING:
+        sys.stdout.write(f"[{stamp}{' TP0' if rank else ''}] {message}\n")
+        sys.stdout.flush()
 
 
 def prefill_batch_line(
