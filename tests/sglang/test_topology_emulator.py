@@ -64,6 +64,35 @@ def _deployment(folder: Path, name: str, topology: str) -> Path:
     return path
 
 
+def _emulated(deployment: Path, python: str, results: Path) -> str:
+    """`pytest DEPLOYMENT --emulator --update-baselines` beside the file, as a user runs it; its output, after
+    checking it passed."""
+    folder = deployment.parent.parent
+    proc = subprocess.run(
+        [
+            str(Path(SGLPERF).with_name("pytest")),
+            str(deployment),
+            f"--sglang-python={python}",
+            "--emulator",
+            f"--emulator-config={json.dumps(FAST)}",
+            f"--baselines-dir={folder / 'baselines'}",
+            f"--results-dir={results}",
+            "--update-baselines",
+            "-p",
+            "no:cacheprovider",
+            "-rA",
+            QUIET_WAIT,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=folder,
+        timeout=600,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    return out
+
+
 def test_preflight_holds_each_replica_to_its_share_of_the_batch(sglang_python: SglangPython, tmp_path: Path) -> None:
     python = sglang_python("0.5.23")
     one = _deployment(tmp_path, "one", "")
@@ -92,28 +121,7 @@ def test_two_emulated_replicas_behind_the_router_are_checked_and_measured(
     monkeypatch.delenv(gpus.SIMULATED_ENV, raising=False)
     path = _deployment(tmp_path, "two", REPLICAS)
     results = tmp_path / "results"
-    proc = subprocess.run(
-        [
-            str(Path(SGLPERF).with_name("pytest")),
-            str(path),
-            f"--sglang-python={sglang_python('0.5.23')}",
-            "--emulator",
-            f"--emulator-config={json.dumps(FAST)}",
-            f"--baselines-dir={tmp_path / 'baselines'}",
-            f"--results-dir={results}",
-            "--update-baselines",
-            "-p",
-            "no:cacheprovider",
-            "-rA",
-            QUIET_WAIT,
-        ],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        timeout=600,
-    )
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out
+    out = _emulated(path, sglang_python("0.5.23"), results)
     assert "2 of 2 workers healthy behind the router" in out
     assert "PASSED" in out and "two-defaults.replica-decode_cuda_graph-live" in out
     (record,) = results_folder.collect(results).measurements
@@ -143,34 +151,13 @@ def test_prefill_and_decode_emulated_behind_the_router_in_pd_mode(
     own server: SGLang's role rule turns the prefill server's decode graph off. The emulator's numbers say
     nothing of PD (it transfers no KV cache): only that the path runs is asserted."""
     monkeypatch.delenv(gpus.SIMULATED_ENV, raising=False)
-    path = _deployment(tmp_path, "pd", PD).read_text()
-    deployment = tmp_path / "deployments" / "pd.toml"
-    # One decode server runs the whole batch: 16, within the 32 an L40S captures (64 would decode eager).
-    text = path.replace("decode_cuda_graph = true\n\n[[variants]]", "\n[[variants]]", 1)
+    deployment = _deployment(tmp_path, "pd", PD)
+    # The roles say which graph each has; one decode server runs the whole batch: 16, within the 32 an L40S
+    # captures (64 would decode eager).
+    text = deployment.read_text().replace("[expect]\ndecode_cuda_graph = true\n", "", 1)
     deployment.write_text(text.replace("concurrency = [64]", "concurrency = [16]"))
     results = tmp_path / "results"
-    proc = subprocess.run(
-        [
-            str(Path(SGLPERF).with_name("pytest")),
-            str(deployment),
-            f"--sglang-python={sglang_python('0.5.23')}",
-            "--emulator",
-            f"--emulator-config={json.dumps(FAST)}",
-            f"--baselines-dir={tmp_path / 'baselines'}",
-            f"--results-dir={results}",
-            "--update-baselines",
-            "-p",
-            "no:cacheprovider",
-            "-rA",
-            QUIET_WAIT,
-        ],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        timeout=600,
-    )
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out
+    out = _emulated(deployment, sglang_python("0.5.23"), results)
     # Both roles' items on one start of the topology (it stops after the last role's item only).
     (router,) = [ln for ln in out.splitlines() if "sglang_router.launch_router" in ln]
     prefill_port = re.search(r"--prefill (\S+) (\d+)", router)
