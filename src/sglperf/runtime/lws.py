@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sglperf.model.topology import Role
-from sglperf.runtime.router import PD_FLAG, POLICY_FLAG, ROUTER_MODULE
+from sglperf.runtime.router import PD_FLAG, POLICY_FLAG, READINESS_PATH, ROUTER_MODULE
 from sglperf.sglang.flags import BOOTSTRAP_PORT_FLAG, HOST_FLAG, PORT_FLAG, rank_flags
-from sglperf.sglang.server_api import LAUNCH_MODULE
+from sglperf.sglang.server_api import HEALTH_PATHS, LAUNCH_MODULE
 
 LWS_API = "leaderworkerset.x-k8s.io/v1"
 WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"  # "0" on a group's leader
@@ -88,13 +88,15 @@ def _container(launch: RoleLaunch, image: str, rank: str) -> dict[str, Any]:
     if launch.gpus_per_node:
         container["resources"] = {"limits": {"nvidia.com/gpu": launch.gpus_per_node}}
     if rank == "0":
-        container["readinessProbe"] = {"httpGet": {"path": "/health", "port": SERVER_PORT}, "periodSeconds": 10}
+        # /health, not /health_generate: a probe every 10 s should not generate a token each time.
+        probe = {"path": HEALTH_PATHS[-1], "port": SERVER_PORT}
+        container["readinessProbe"] = {"httpGet": probe, "periodSeconds": 10}
     return container
 
 
 def _router(name: str, launches: Sequence[RoleLaunch], image: str, namespace: str, policy: str) -> list[dict[str, Any]]:
     account = f"{name}-router"
-    argv = ["--host", "0.0.0.0", "--port", str(SERVER_PORT), POLICY_FLAG, policy, *DISCOVERY]
+    argv = [HOST_FLAG, "0.0.0.0", PORT_FLAG, str(SERVER_PORT), POLICY_FLAG, policy, *DISCOVERY]
     argv += ["--service-discovery-namespace", namespace]
     kinds = {launch.role.kind for launch in launches}
     if kinds & {"prefill", "decode"}:
@@ -110,7 +112,7 @@ def _router(name: str, launches: Sequence[RoleLaunch], image: str, namespace: st
         "image": image,
         "command": ["python3", "-m", ROUTER_MODULE, *argv],
         "ports": [{"containerPort": SERVER_PORT, "name": "http"}],
-        "readinessProbe": {"httpGet": {"path": "/readiness", "port": SERVER_PORT}, "periodSeconds": 10},
+        "readinessProbe": {"httpGet": {"path": READINESS_PATH, "port": SERVER_PORT}, "periodSeconds": 10},
     }
     return [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": account, **meta}},
